@@ -1,0 +1,246 @@
+"""Registry of the lab's real data sets (pooch-backed).
+
+Every data file the lab reads is named here, with its sha256 and its public
+origin (``registry.toml`` beside this module). :func:`fetch` resolves a name to
+a verified local file, looking in this order:
+
+1. ``$LAB_DATA_DIR/<path>``; when the variable is unset, ``../shared/data``
+   beside the project checkout, if that folder exists;
+2. the pooch cache (``$LAB_DATA_CACHE``, default ``pooch.os_cache("research-lab")``);
+3. the public URL, downloaded into the cache by pooch and verified there.
+
+A file whose sha256 does not match is never used and never silently replaced:
+:class:`ChecksumError` names the file, the expected and actual checksums and
+the path. A file found nowhere raises :class:`DataNotFoundError` listing every
+place that was tried.
+
+Examples
+--------
+>>> from lab import data
+>>> path = data.fetch("theta_2022")          # doctest: +SKIP
+>>> sorted(data.names())[:2]                  # doctest: +SKIP
+['hpc2n', 'nasa_ipsc_1993']
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pooch
+
+from lab import LabError
+
+__all__ = [
+    "DataError",
+    "DataNotFoundError",
+    "ChecksumError",
+    "UnknownDatasetError",
+    "Dataset",
+    "data_dir",
+    "cache_dir",
+    "names",
+    "info",
+    "fetch",
+    "locate",
+]
+
+_REGISTRY_FILE = Path(__file__).with_name("registry.toml")
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class DataError(LabError):
+    """Base class of the data registry's errors."""
+
+
+class UnknownDatasetError(DataError, KeyError):
+    """The name is not in the registry."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """The file is in none of the places the registry looks (``looked_in`` lists them)."""
+
+    def __init__(self, message: str, *, name: str, looked_in: list[str]):
+        super().__init__(message)
+        self.name = name
+        self.looked_in = looked_in
+
+
+class ChecksumError(DataError):
+    """A file exists but its sha256 differs from the registry's."""
+
+    def __init__(self, name: str, path: Path, expected: str, actual: str):
+        super().__init__(
+            f"data set {name!r}: {path} has sha256 {actual}, but the registry expects {expected}; "
+            "the file is corrupted or a different version: restore it or delete it so the registry can fetch it again"
+        )
+        self.name, self.path, self.expected, self.actual = name, path, expected, actual
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One registry entry.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, e.g. ``"theta_2022"``.
+    path : str
+        Relative path under the data directory (and the cache), e.g. ``"swf/theta_2022.swf"``.
+    sha256 : str
+        Hex digest of the file's bytes.
+    url : str
+        Public origin, pinned to a commit where possible.
+    member : str or None
+        When ``url`` is a zip archive, the member to extract.
+    description, license : str
+        What the data is and the terms it comes under.
+    """
+
+    name: str
+    path: str
+    sha256: str
+    url: str
+    description: str = ""
+    license: str = ""
+    member: str | None = None
+
+
+@cache
+def _registry() -> dict[str, Dataset]:
+    with _REGISTRY_FILE.open("rb") as fh:
+        raw = tomllib.load(fh)
+    return {name: Dataset(name=name, **fields) for name, fields in raw.items()}
+
+
+def names() -> list[str]:
+    """Names of all registered data sets, sorted."""
+    return sorted(_registry())
+
+
+def info(name: str) -> Dataset:
+    """The registry entry for ``name``.
+
+    Raises
+    ------
+    UnknownDatasetError
+        ``name`` is not registered (the message lists the registered names).
+    """
+    try:
+        return _registry()[name]
+    except KeyError:
+        raise UnknownDatasetError(
+            f"no data set named {name!r} in the registry ({_REGISTRY_FILE}); known: {', '.join(names())}"
+        ) from None
+
+
+def data_dir() -> Path | None:
+    """The local data directory: ``$LAB_DATA_DIR``, else ``../shared/data`` beside the checkout if it exists."""
+    env = os.environ.get("LAB_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    default = _PROJECT_ROOT.parent / "shared" / "data"
+    return default if default.is_dir() else None
+
+
+def cache_dir() -> Path:
+    """Where downloads are kept: ``$LAB_DATA_CACHE``, else pooch's per-user cache for ``research-lab``."""
+    env = os.environ.get("LAB_DATA_CACHE")
+    return Path(env).expanduser() if env else Path(pooch.os_cache("research-lab"))
+
+
+def _verified(ds: Dataset, path: Path) -> Path:
+    actual = pooch.file_hash(str(path), alg="sha256")
+    if actual != ds.sha256:
+        raise ChecksumError(ds.name, path, ds.sha256, actual)
+    return path
+
+
+def locate(name: str) -> Path | None:
+    """The verified local copy of ``name`` (data directory, then cache), or None if there is none.
+
+    Never downloads. Raises :class:`ChecksumError` for a copy that exists but is corrupted.
+    """
+    ds = info(name)
+    root = data_dir()
+    for base in ([root] if root is not None else []) + [cache_dir()]:
+        candidate = base / ds.path
+        if candidate.is_file():
+            return _verified(ds, candidate)
+    return None
+
+
+def fetch(name: str, *, download: bool = True) -> Path:
+    """Resolve a registered data set to a verified local file.
+
+    Parameters
+    ----------
+    name : str
+        Registry name (see :func:`names`).
+    download : bool, default True
+        Whether to try the public URL when no local copy exists.
+
+    Returns
+    -------
+    pathlib.Path
+        A file whose sha256 equals the registry's.
+
+    Raises
+    ------
+    UnknownDatasetError
+        ``name`` is not registered.
+    ChecksumError
+        A local or downloaded copy has the wrong sha256 (names file, expected and actual digest).
+    DataNotFoundError
+        No copy in the data directory or cache and the download failed or was not allowed;
+        the message lists every place looked.
+    """
+    ds = info(name)
+    found = locate(name)
+    if found is not None:
+        return found
+    root = data_dir()
+    looked = [str(root / ds.path) if root is not None else "$LAB_DATA_DIR (unset, and no ../shared/data)"]
+    target = cache_dir() / ds.path
+    looked.append(str(target))
+    reason = "downloads disabled"
+    if download:
+        looked.append(ds.url)
+        try:
+            _download(ds, target)
+            return _verified(ds, target)
+        except ChecksumError:
+            target.unlink(missing_ok=True)
+            raise
+        except Exception as exc:  # network, HTTP, unzip: reported with every place looked
+            reason = f"download failed: {type(exc).__name__}: {exc}"
+    raise DataNotFoundError(
+        f"data set {name!r} ({ds.path}, sha256 {ds.sha256}) not found; looked in: "
+        + "; ".join(looked)
+        + f" ({reason}). Set LAB_DATA_DIR to a folder holding {ds.path}.",
+        name=name,
+        looked_in=looked,
+    )
+
+
+def _download(ds: Dataset, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if ds.member is None:
+        pooch.retrieve(ds.url, known_hash=f"sha256:{ds.sha256}", fname=target.name, path=target.parent, progressbar=False)
+        return
+    # Zip archive: pooch checks the archive only if we knew its hash; we verify the extracted member instead.
+    extracted = pooch.retrieve(
+        ds.url,
+        known_hash=None,
+        fname=target.name + ".zip",
+        path=target.parent,
+        processor=pooch.Unzip(members=[ds.member], extract_dir=target.name + ".d"),
+        progressbar=False,
+    )
+    Path(extracted[0]).replace(target)

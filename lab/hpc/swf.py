@@ -1,0 +1,392 @@
+"""Read and write the Standard Workload Format (SWF) of the Parallel Workloads Archive.
+
+SWF (version 2.2, https://www.cs.huji.ac.il/labs/parallel/workload/swf.html) is
+one job per line, 18 whitespace-separated numeric fields, ``-1`` meaning
+unknown, and header comment lines starting with ``;`` (``; MaxProcs: 240``).
+:func:`read_swf` turns a file (plain or ``.gz``) into an :class:`SWFTrace`: a
+typed :class:`pandas.DataFrame` with one nullable column per field, in which
+unknown values are ``<NA>`` (never 0), and an :class:`SWFHeader`.
+
+Units are the format's: times in seconds (``submit_time`` relative to the
+header's ``UnixStartTime``), memory in kilobytes per processor as the
+specification says (some producers, MetaCentrum's among them, write bytes:
+the numbers are kept as written).
+
+One variant is understood as what it is: Alea's extended SWF (the MetaCentrum
+2013 log), whose lines carry three more tokens after the 18 fields: the braced
+list of node ids the job ran on, the queue name and the requested-property
+string. They become the columns ``node_ids`` (tuple of int), ``queue_name`` and
+``properties``. Any other extra token is refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from lab.hpc.errors import SWFError
+
+__all__ = ["FIELDS", "SWFHeader", "SWFTrace", "read_swf", "parse_swf", "write_swf", "load_trace"]
+
+#: The 18 SWF fields, in file order, named as in the specification.
+FIELDS: tuple[str, ...] = (
+    "job_id",  # 1  job number
+    "submit_time",  # 2  seconds since UnixStartTime
+    "wait_time",  # 3  seconds between submission and start
+    "run_time",  # 4  wall-clock seconds the job ran
+    "allocated_processors",  # 5  processors (Theta: nodes) the job used
+    "average_cpu_time",  # 6  CPU seconds per processor (may be fractional)
+    "used_memory",  # 7  kilobytes per processor
+    "requested_processors",  # 8
+    "requested_time",  # 9  seconds (the walltime limit asked for)
+    "requested_memory",  # 10 kilobytes per processor
+    "status",  # 11 1 completed, 0 failed, 5 cancelled, ...
+    "user_id",  # 12
+    "group_id",  # 13
+    "executable_id",  # 14
+    "queue_id",  # 15
+    "partition_id",  # 16
+    "preceding_job_id",  # 17
+    "think_time",  # 18 seconds after the preceding job ended
+)
+_FLOAT_FIELDS = frozenset({"average_cpu_time"})
+_EXTENSION_COLUMNS = ("node_ids", "queue_name", "properties")
+
+# Header keys with a typed counterpart in SWFHeader.
+_HEADER_KEYS = {
+    "Version": "version",
+    "Computer": "computer",
+    "Installation": "installation",
+    "MaxJobs": "max_jobs",
+    "MaxRecords": "max_records",
+    "Preemption": "preemption",
+    "UnixStartTime": "unix_start_time",
+    "TimeZone": "time_zone",
+    "TimeZoneString": "time_zone_string",
+    "StartTime": "start_time",
+    "EndTime": "end_time",
+    "MaxNodes": "max_nodes",
+    "MaxProcs": "max_procs",
+    "MaxQueues": "max_queues",
+    "MaxPartitions": "max_partitions",
+}
+_INT_HEADER_FIELDS = {"max_jobs", "max_records", "unix_start_time", "time_zone", "max_nodes", "max_procs", "max_queues", "max_partitions"}
+_HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
+
+
+class SWFHeader(BaseModel):
+    """The ``;`` header of an SWF file, typed where the specification defines the key.
+
+    ``lines`` keeps every header line verbatim, so that writing the trace back
+    reproduces the header exactly. Counts are integers, times in seconds.
+    """
+
+    version: str | None = None
+    computer: str | None = None
+    installation: str | None = None
+    max_jobs: int | None = None
+    max_records: int | None = None
+    preemption: str | None = None
+    unix_start_time: int = Field(0, description="epoch seconds that submit_time counts from")
+    time_zone: int | None = Field(None, description="seconds; legacy SWF field")
+    time_zone_string: str | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    max_nodes: int | None = None
+    max_procs: int | None = None
+    max_queues: int | None = None
+    max_partitions: int | None = None
+    queues: list[str] = Field(default_factory=list)
+    partitions: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list, description="the header lines verbatim, without newlines")
+
+
+@dataclass(frozen=True)
+class SWFTrace:
+    """A parsed SWF trace.
+
+    Attributes
+    ----------
+    jobs : pandas.DataFrame
+        One row per job, columns :data:`FIELDS` (dtype ``Int64``; ``average_cpu_time``
+        ``Float64``), ``<NA>`` where the file says -1. Alea-extended files add
+        ``node_ids`` (object: tuple of int), ``queue_name`` and ``properties`` (string).
+    header : SWFHeader
+    path : pathlib.Path or None
+        Where it was read from.
+    problems : tuple of SWFError
+        Values set to unknown because ``invalid="unknown"`` was asked (empty otherwise).
+    extension : {"alea"} or None
+        The SWF variant the lines follow.
+    """
+
+    jobs: pd.DataFrame
+    header: SWFHeader
+    path: Path | None = None
+    problems: tuple[SWFError, ...] = field(default=())
+    extension: Literal["alea"] | None = None
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def name(self) -> str:
+        return self.path.name.removesuffix(".gz") if self.path is not None else "<swf>"
+
+    def submit_epoch(self) -> np.ndarray:
+        """Absolute submission times, seconds since the Unix epoch (UTC), shape ``(n_jobs,)``, float64.
+
+        ``UnixStartTime + submit_time``; NaN where the submit time is unknown.
+        """
+        return self.header.unix_start_time + self.jobs["submit_time"].to_numpy(dtype="float64", na_value=np.nan)
+
+    def __repr__(self) -> str:
+        h = self.header
+        return (
+            f"SWFTrace({self.name!r}, jobs={len(self)}, max_nodes={h.max_nodes}, max_procs={h.max_procs}"
+            + (f", extension={self.extension!r}" if self.extension else "")
+            + (f", problems={len(self.problems)}" if self.problems else "")
+            + ")"
+        )
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
+    return path.open("r", encoding="utf-8", errors="strict")
+
+
+def read_swf(path: str | Path, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
+    """Read an SWF file (``.gz`` too) into an :class:`SWFTrace`.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file. For a registered data set use :func:`load_trace`.
+    invalid : {"raise", "unknown"}
+        What to do with a value the format forbids (non-numeric, non-finite,
+        fractional where an integer is required, negative other than -1):
+        raise :class:`~lab.hpc.errors.SWFError` (default), or keep the job,
+        mark that value unknown and record the error in ``trace.problems``.
+        Structural faults (wrong number of fields, bad header, no jobs) always raise.
+
+    Raises
+    ------
+    SWFError
+        With the file, 1-based line number and field name, e.g.
+        ``theta.swf, line 12, field 'run_time': negative value -5; SWF allows -1 (unknown) only``.
+    FileNotFoundError
+        The file does not exist.
+    """
+    path = Path(path)
+    with _open_text(path) as fh:
+        try:
+            return _parse(fh, path=path, invalid=invalid)
+        except UnicodeDecodeError as exc:
+            raise SWFError(f"not a text file ({exc.reason} at byte {exc.start})", path=path) from None
+
+
+def parse_swf(text: str, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
+    """Parse SWF from a string; same rules and errors as :func:`read_swf` (line numbers count from 1)."""
+    return _parse(io.StringIO(text), path=None, invalid=invalid)
+
+
+def load_trace(name: str, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
+    """Read a registered trace (``"theta_2022"``, ``"hpc2n"``, ...) through :mod:`lab.data`."""
+    from lab import data
+
+    return read_swf(data.fetch(name), invalid=invalid)
+
+
+def _parse_header(lines: list[tuple[int, str]], path: Path | None) -> SWFHeader:
+    values: dict[str, object] = {}
+    queues: list[str] = []
+    partitions: list[str] = []
+    notes: list[str] = []
+    last_key: str | None = None
+    for lineno, raw in lines:
+        m = _HEADER_RE.match(raw)
+        if m is None:
+            text = raw.lstrip(";").strip()
+            if text and last_key == "Note":  # continuation of a multi-line note
+                notes[-1] = f"{notes[-1]} {text}"
+            elif text and last_key in ("Queue", "Partition"):
+                (queues if last_key == "Queue" else partitions)[-1] += f" {text}"
+            continue
+        key, value = m.group(1), m.group(2)
+        last_key = key
+        if key == "Note":
+            notes.append(value)
+        elif key == "Queue":
+            queues.append(value)
+        elif key == "Partition":
+            partitions.append(value)
+        elif key in _HEADER_KEYS:
+            attr = _HEADER_KEYS[key]
+            if attr in _INT_HEADER_FIELDS:
+                try:
+                    values[attr] = int(value)
+                except ValueError:
+                    raise SWFError(f"header value {value!r} is not an integer", path=path, line=lineno, field=key) from None
+            else:
+                values[attr] = value
+    return SWFHeader(**values, queues=queues, partitions=partitions, notes=notes, lines=[raw for _, raw in lines])
+
+
+def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
+    if invalid not in ("raise", "unknown"):
+        raise ValueError(f"invalid must be 'raise' or 'unknown', not {invalid!r}")
+    header_lines: list[tuple[int, str]] = []
+    rows: list[list[str]] = []
+    linenos: list[int] = []
+    extras: list[list[str]] = []
+    extension: str | None = None
+    for lineno, raw in enumerate(fh, start=1):
+        line = raw.rstrip("\r\n")
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith(";"):
+            if rows:
+                raise SWFError("header line after the first job; ';' lines belong at the top", path=path, line=lineno)
+            header_lines.append((lineno, line))
+            continue
+        tokens = stripped.split()
+        n = len(tokens)
+        if n < 18:
+            raise SWFError(f"line has {n} fields, SWF needs 18", path=path, line=lineno, field=FIELDS[n])
+        if n > 18:
+            if not tokens[18].startswith("{"):
+                raise SWFError(
+                    f"line has {n} fields, SWF has 18 (unexpected {tokens[18]!r})", path=path, line=lineno, field=f"field {19}"
+                )
+            if n != 21 or not tokens[18].endswith("}"):
+                raise SWFError(
+                    f"line has {n} fields; Alea's extended SWF has 21 (18 + {{node ids}} queue properties)",
+                    path=path,
+                    line=lineno,
+                    field="node_ids",
+                )
+            if extension is None and rows:
+                raise SWFError("extended line in a plain SWF file (earlier lines had 18 fields)", path=path, line=lineno)
+            extension = "alea"
+            extras.append(tokens[18:])
+        elif extension is not None:
+            raise SWFError("plain 18-field line in an extended SWF file", path=path, line=lineno, field="node_ids")
+        rows.append(tokens[:18])
+        linenos.append(lineno)
+
+    if not rows:
+        reason = "empty file: no header and no jobs" if not header_lines else "no jobs: the file has only header lines"
+        raise SWFError(reason, path=path)
+    header = _parse_header(header_lines, path)
+    problems: list[SWFError] = []
+    columns = _convert(rows, np.asarray(linenos), path=path, invalid=invalid, problems=problems)
+    jobs = pd.DataFrame(columns)
+    if extension == "alea":
+        node_ids = []
+        for (braced, _, _), lineno in zip(extras, linenos):
+            inner = braced[1:-1]
+            try:
+                node_ids.append(tuple(int(x) for x in inner.split(",")) if inner else ())
+            except ValueError:
+                raise SWFError(f"node list {braced!r} is not comma-separated integers", path=path, line=lineno, field="node_ids") from None
+        jobs["node_ids"] = pd.Series(node_ids, dtype=object)
+        jobs["queue_name"] = pd.array([e[1] for e in extras], dtype="string")
+        jobs["properties"] = pd.array([e[2] for e in extras], dtype="string")
+    return SWFTrace(jobs=jobs, header=header, path=path, problems=tuple(problems), extension=extension)
+
+
+def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, problems: list) -> dict[str, pd.api.extensions.ExtensionArray]:
+    """Turn the (n, 18) token matrix into typed nullable columns, finding the first bad value in file order."""
+    try:
+        values = np.asarray(rows, dtype=np.float64)  # fast path: every token numeric
+    except ValueError:
+        values = np.empty((len(rows), 18))
+        for j in range(18):
+            values[:, j] = pd.to_numeric(pd.Series([r[j] for r in rows]), errors="coerce").to_numpy(dtype=np.float64)
+    # Locate every violation per column: (row, column, reason).
+    faults: list[tuple[int, int, str]] = []
+    for j, name in enumerate(FIELDS):
+        col = values[:, j]
+        bad_num = ~np.isfinite(col)
+        for i in np.flatnonzero(bad_num):
+            faults.append((int(i), j, f"{rows[i][j]!r} is not a finite number"))
+        ok = ~bad_num
+        if name not in _FLOAT_FIELDS:
+            for i in np.flatnonzero(ok & (col != np.floor(col))):
+                faults.append((int(i), j, f"{rows[i][j]!r} is not an integer"))
+        for i in np.flatnonzero(ok & (col < 0) & (col != -1)):
+            faults.append((int(i), j, f"negative value {rows[i][j]}; SWF allows -1 (unknown) only"))
+    if faults:
+        faults.sort()
+        if invalid == "raise":
+            i, j, reason = faults[0]
+            raise SWFError(reason, path=path, line=int(linenos[i]), field=FIELDS[j])
+        for i, j, reason in faults:
+            problems.append(SWFError(reason + "; kept as unknown", path=path, line=int(linenos[i]), field=FIELDS[j]))
+            values[i, j] = -1
+    out = {}
+    for j, name in enumerate(FIELDS):
+        col = values[:, j]
+        unknown = col == -1
+        if name in _FLOAT_FIELDS:
+            out[name] = pd.arrays.FloatingArray(np.where(unknown, 0.0, col), mask=unknown)
+        else:
+            out[name] = pd.arrays.IntegerArray(np.where(unknown, 0, col).astype(np.int64), mask=unknown)
+    return out
+
+
+def _format_column(series: pd.Series) -> list[str]:
+    if isinstance(series.dtype, pd.Float64Dtype):
+        return ["-1" if v is pd.NA else repr(float(v)) for v in series]
+    return [str(v) for v in series.fillna(-1).to_numpy(dtype=np.int64)]
+
+
+def write_swf(trace: SWFTrace, path: str | Path) -> Path:
+    """Write a trace as SWF (gzip-compressed when ``path`` ends in ``.gz``).
+
+    Unknown values are written as -1; the header's verbatim ``lines`` come
+    first; Alea-extended traces keep their three extra tokens. Reading the
+    file back with :func:`read_swf` gives an equal ``jobs`` table and header.
+    The file is written to a temporary name and renamed into place, so an
+    existing file is never left half-written.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    cols = [_format_column(trace.jobs[name]) for name in FIELDS]
+    if trace.extension == "alea":
+        cols.append(["{" + ",".join(map(str, ids)) + "}" for ids in trace.jobs["node_ids"]])
+        cols.append([str(v) for v in trace.jobs["queue_name"]])
+        cols.append([str(v) for v in trace.jobs["properties"]])
+    header = trace.header.lines or _synthesize_header(trace.header)
+    body = "\n".join([*header, *(" ".join(parts) for parts in zip(*cols))]) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".gz":
+        with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+            fh.write(body)
+    else:
+        tmp.write_text(body, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _synthesize_header(header: SWFHeader) -> list[str]:
+    inverse = {v: k for k, v in _HEADER_KEYS.items()}
+    lines = [f"; {inverse[attr]}: {value}" for attr, value in header.model_dump(exclude={"lines", "queues", "partitions", "notes"}).items() if value is not None]
+    lines += [f"; Queue: {q}" for q in header.queues] + [f"; Partition: {p}" for p in header.partitions]
+    return lines + [f"; Note: {n}" for n in header.notes]
