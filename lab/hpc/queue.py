@@ -198,7 +198,7 @@ class QueueReplay:
                 "pending": n_sub - n_start,
                 "running": n_start - n_end,
                 "busy_processors": busy,
-                "free_processors": (cap - busy) if self.capacity is not None else np.full(len(t), -1),
+                "free_processors": (self.capacity - busy) if self.capacity is not None else np.full(len(t), -1),
                 "utilization": busy / cap,
                 "pending_processors": self._procs_by_submit[n_sub] - self._procs_by_start[n_start],
             }

@@ -250,7 +250,16 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
     rows: list[list[str]] = []
     linenos: list[int] = []
     extras: list[list[str]] = []
+    node_ids: list[tuple[int, ...]] = []
     extension: str | None = None
+    header: SWFHeader | None = None
+
+    def fault(err: SWFError) -> SWFError:
+        # Report the first bad line in file order: a bad value on an earlier job line comes first.
+        if invalid == "raise" and rows:
+            _convert(rows, np.asarray(linenos), path=path, invalid="raise", problems=[])
+        return err
+
     for lineno, raw in enumerate(fh, start=1):
         line = raw.rstrip("\r\n")
         stripped = line.strip()
@@ -258,49 +267,52 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
             continue
         if stripped.startswith(";"):
             if rows:
-                raise SWFError("header line after the first job; ';' lines belong at the top", path=path, line=lineno)
+                raise fault(SWFError("header line after the first job; ';' lines belong at the top", path=path, line=lineno))
             header_lines.append((lineno, line))
             continue
+        if header is None:  # header faults come before any job line's
+            header = _parse_header(header_lines, path)
         tokens = stripped.split()
         n = len(tokens)
         if n < 18:
-            raise SWFError(f"line has {n} fields, SWF needs 18", path=path, line=lineno, field=FIELDS[n])
+            raise fault(SWFError(f"line has {n} fields, SWF needs 18", path=path, line=lineno, field=FIELDS[n]))
         if n > 18:
             if not tokens[18].startswith("{"):
-                raise SWFError(
-                    f"line has {n} fields, SWF has 18 (unexpected {tokens[18]!r})", path=path, line=lineno, field=f"field {19}"
+                raise fault(
+                    SWFError(f"line has {n} fields, SWF has 18 (unexpected {tokens[18]!r})", path=path, line=lineno, field=f"field {19}")
                 )
             if n != 21 or not tokens[18].endswith("}"):
-                raise SWFError(
-                    f"line has {n} fields; Alea's extended SWF has 21 (18 + {{node ids}} queue properties)",
-                    path=path,
-                    line=lineno,
-                    field="node_ids",
+                raise fault(
+                    SWFError(
+                        f"line has {n} fields; Alea's extended SWF has 21 (18 + {{node ids}} queue properties)",
+                        path=path,
+                        line=lineno,
+                        field="node_ids",
+                    )
                 )
             if extension is None and rows:
-                raise SWFError("extended line in a plain SWF file (earlier lines had 18 fields)", path=path, line=lineno)
+                raise fault(SWFError("extended line in a plain SWF file (earlier lines had 18 fields)", path=path, line=lineno))
             extension = "alea"
             extras.append(tokens[18:])
         elif extension is not None:
-            raise SWFError("plain 18-field line in an extended SWF file", path=path, line=lineno, field="node_ids")
+            raise fault(SWFError("plain 18-field line in an extended SWF file", path=path, line=lineno, field="node_ids"))
         rows.append(tokens[:18])
         linenos.append(lineno)
-
-    if not rows:
-        reason = "empty file: no header and no jobs" if not header_lines else "no jobs: the file has only header lines"
-        raise SWFError(reason, path=path)
-    header = _parse_header(header_lines, path)
-    problems: list[SWFError] = []
-    columns = _convert(rows, np.asarray(linenos), path=path, invalid=invalid, problems=problems)
-    jobs = pd.DataFrame(columns)
-    if extension == "alea":
-        node_ids = []
-        for (braced, _, _), lineno in zip(extras, linenos):
+        if extension is not None:
+            braced = tokens[18]
             inner = braced[1:-1]
             try:
                 node_ids.append(tuple(int(x) for x in inner.split(",")) if inner else ())
             except ValueError:
-                raise SWFError(f"node list {braced!r} is not comma-separated integers", path=path, line=lineno, field="node_ids") from None
+                raise fault(SWFError(f"node list {braced!r} is not comma-separated integers", path=path, line=lineno, field="node_ids")) from None
+
+    if not rows:
+        reason = "empty file: no header and no jobs" if not header_lines else "no jobs: the file has only header lines"
+        raise SWFError(reason, path=path)
+    problems: list[SWFError] = []
+    columns = _convert(rows, np.asarray(linenos), path=path, invalid=invalid, problems=problems)
+    jobs = pd.DataFrame(columns)
+    if extension == "alea":
         jobs["node_ids"] = pd.Series(node_ids, dtype=object)
         jobs["queue_name"] = pd.array([e[1] for e in extras], dtype="string")
         jobs["properties"] = pd.array([e[2] for e in extras], dtype="string")
@@ -387,6 +399,8 @@ def write_swf(trace: SWFTrace, path: str | Path) -> Path:
 
 def _synthesize_header(header: SWFHeader) -> list[str]:
     inverse = {v: k for k, v in _HEADER_KEYS.items()}
-    lines = [f"; {inverse[attr]}: {value}" for attr, value in header.model_dump(exclude={"lines", "queues", "partitions", "notes"}).items() if value is not None]
+    # exclude_defaults: a default header (a headerless file read back) is written as no header at all
+    fields = header.model_dump(exclude={"lines", "queues", "partitions", "notes"}, exclude_defaults=True)
+    lines = [f"; {inverse[attr]}: {value}" for attr, value in fields.items() if value is not None]
     lines += [f"; Queue: {q}" for q in header.queues] + [f"; Partition: {p}" for p in header.partitions]
     return lines + [f"; Note: {n}" for n in header.notes]
