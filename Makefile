@@ -1,0 +1,51 @@
+# research-lab: `make lab` sets up and opens the lab; `make test` sets up and runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+LAB_PORT ?= 8888
+VOILA_PORT ?= 8866
+PYTEST_ARGS ?=
+ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
+.PHONY: setup lab voila test bench chromium clean
+
+# Idempotent: re-runs pip only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: setup
+	@token=$${LAB_TOKEN:-$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))')}; \
+	echo; echo "  research-lab: open http://127.0.0.1:$(LAB_PORT)/lab/tree/01_site_queues.ipynb?token=$$token"; echo; \
+	exec $(BIN)/jupyter lab --no-browser $(ROOT_FLAG) \
+	  --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+	  --IdentityProvider.token=$$token --ServerApp.root_dir=notebooks \
+	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
+
+voila: setup
+	cd notebooks && exec ../$(BIN)/voila --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) 01_site_queues.ipynb
+
+# The browser test needs Debian's Chromium; as root we install it, otherwise the test fails and says how.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else echo "WARNING: chromium is missing and we are not root: the browser test will fail (sudo apt-get install -y chromium)"; fi; \
+	fi
+
+test: setup chromium
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	@mkdir -p benchmarks/results
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.queue_replay --out benchmarks/results/queue_replay.json
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache test-artifacts

@@ -1,0 +1,75 @@
+"""QueueDashboard in Python: it shows what QueueReplay says, and updates its figures in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lab.hpc import QueueReplay, load_trace, parse_swf
+from lab.hpc.queue import WAIT_BIN_EDGES
+from widgets import QueueDashboard
+
+HOUR, DAY = 3600.0, 86400.0
+
+# Two jobs on a 4-processor machine; times relative to UnixStartTime 0.
+SMALL = """; MaxProcs: 4
+1 0     7200 3600 2 -1 -1 2 3600 -1 1 1 1 -1 -1 -1 -1 -1
+2 3600  0    7200 1 -1 -1 1 7200 -1 1 1 1 -1 -1 -1 -1 -1
+"""
+
+
+@pytest.fixture(scope="module")
+def real():
+    return {name: QueueReplay(load_trace(name)) for name in ("theta_2022", "hpc2n")}
+
+
+def test_small_site_numbers_follow_the_replay():
+    replay = QueueReplay(parse_swf(SMALL), name="tiny")
+    dash = QueueDashboard([replay], step_hours=1, start_day=0, points=10)
+    view = dash.views["tiny"]
+    # t = 0: job 1 pending (waits until 2 h), nothing running.
+    assert "pending <b>1</b>" in view.stats.value and "running <b>0</b>" in view.stats.value
+    assert ">1<" in view.table.value and "longest-waiting" in view.table.value
+    dash.slider.value = 1  # t = 1 h: job 2 started at 1 h (no wait), job 1 still pending
+    assert "pending <b>1</b>" in view.stats.value and "running <b>1</b>" in view.stats.value
+    assert "busy 1/4 (25%)" in view.stats.value
+    dash.slider.value = 2  # t = 2 h: both running, 3 of 4 processors busy, queue empty
+    assert "pending <b>0</b>" in view.stats.value and "busy 3/4 (75%)" in view.stats.value
+    assert "no job pending" in view.table.value
+    # the window is [t - 7 d, t): job 1, starting exactly at t = 2 h, is not in it yet
+    assert list(view.figure.data[6].y) == [1] + [0] * 11
+    dash.slider.value = 3
+    hist = list(view.figure.data[6].y)
+    assert hist[0] == 1 and hist[3] == 1 and sum(hist) == 2  # waits 0 s (<1m) and 2 h (1-2h)
+
+
+def test_slider_updates_in_place(real):
+    dash = QueueDashboard(real, start_day=30)
+    view = dash.views["theta_2022"]
+    figure, n_traces = view.figure, len(view.figure.data)
+    before = (view.figure.layout.shapes[0].x0, view.table.value, tuple(view.figure.data[6].y))
+    dash.slider.value += 24
+    assert view.figure is figure and len(view.figure.data) == n_traces  # same widget, nothing rebuilt
+    assert view.figure.layout.shapes[0].x0 == pytest.approx(before[0] + 1.0)  # marker moved one day
+    assert view.table.value != before[1]
+    t = view.replay.first_submit + dash.elapsed_s
+    snap = view.replay.snapshot(t)
+    assert list(view.figure.data[4].y) == [snap.pending]
+    assert list(view.figure.data[5].y) == [snap.busy_processors]
+    np.testing.assert_array_equal(view.figure.data[6].y, view.replay.wait_histogram(t - 7 * DAY, t, WAIT_BIN_EDGES))
+    top = view.replay.pending_jobs(t, limit=10)
+    assert f">{int(top.job_id.iloc[0])}<" in view.table.value
+
+
+def test_time_axis_is_elapsed_and_covers_the_longest_trace(real):
+    dash = QueueDashboard(real)
+    assert dash.slider.max == int(np.ceil(max(r.span for r in real.values()) / HOUR))
+    assert dash.slider.value == 30 * 24
+    hpc2n = dash.views["hpc2n"]
+    dash.slider.value = dash.slider.max - dash.slider.max % 6  # far past HPC2N's 61-day trace
+    assert "after the trace's last job" in hpc2n.stats.value
+
+
+def test_needs_a_site():
+    with pytest.raises(ValueError, match="at least one site"):
+        QueueDashboard([])

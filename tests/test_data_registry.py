@@ -1,0 +1,189 @@
+"""lab.data: the registry resolves every data set to a verified file, and fails loudly and precisely.
+
+No test touches the network: every fetch passes ``download=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+import lab
+from lab import data
+from lab.hpc import load_trace
+
+SHARED = Path(lab.__file__).resolve().parents[1].parent / "shared" / "data"
+
+EXPECTED = {
+    "hpc2n": ("swf/hpc2n.swf", "eaaccb339ef0f313d1b975cf02cc518b7cc012fb0c609ef2af2dbd0291aa74ba"),
+    "nasa_ipsc_1993": ("swf/nasa_ipsc_1993.swf", "12ab94d009c084bd3ef80117e3cd80ebba58c93f8593f3784ad43c76ee8a047a"),
+    "tau_bench_airline_trajectories": (
+        "agent-traces/tau-bench/gpt-4o-airline.json",
+        "e9e6c0297660c537f83d4fd9c476ce7a9a86ecd2784874b7bfc13be598e37bfa",
+    ),
+    "theta_2022": ("swf/theta_2022.swf", "2ef7be60df7e5abc671b838cc5dbf4dc212320eaddbbf5c4a4f5db592ea20cae"),
+    "theta_2023": ("swf/theta_2023.swf", "fce58fd4187241310755bb3faee773597032ae5a81011326ea305251861f18ca"),
+    "wagap_2013": ("swf/wagap_2013.swf", "bf5c1cc69915f2d5d26c579f69e206513ceff9bd60e6c4b112182da0c6183ed7"),
+}
+HPC2N_SHA = EXPECTED["hpc2n"][1]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def shared_data_only(tmp_cache_dir, monkeypatch):
+    """LAB_DATA_DIR unset (so the default ../shared/data is used) and an empty cache."""
+    monkeypatch.delenv("LAB_DATA_DIR", raising=False)
+    return SHARED
+
+
+def test_names_lists_the_registry_sorted():
+    assert data.names() == sorted(EXPECTED)
+    assert data.names() == [
+        "hpc2n",
+        "nasa_ipsc_1993",
+        "tau_bench_airline_trajectories",
+        "theta_2022",
+        "theta_2023",
+        "wagap_2013",
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_info_matches_the_registry(name):
+    ds = data.info(name)
+    assert ds.name == name
+    assert (ds.path, ds.sha256) == EXPECTED[name]
+    assert ds.url.startswith("https://")
+    assert ds.description and ds.license
+    assert ds.member == ("NASA-iPSC-1993-3.1-cln.swf" if name == "nasa_ipsc_1993" else None)
+
+
+def test_default_data_dir_is_shared_data_beside_the_checkout(shared_data_only):
+    assert SHARED.is_dir()
+    assert data.data_dir() == SHARED
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_name_resolves_from_the_shared_data_dir_with_its_sha256(shared_data_only, name):
+    path = data.fetch(name, download=False)
+    assert path == SHARED / EXPECTED[name][0]
+    assert path.is_file()
+    assert sha256(path) == EXPECTED[name][1] == data.info(name).sha256
+    assert data.locate(name) == path
+
+
+@pytest.mark.parametrize("call", [data.fetch, data.info, data.locate])
+def test_unknown_name_raises_listing_every_known_name(call):
+    with pytest.raises(data.UnknownDatasetError) as excinfo:
+        call("theta_2099")
+    exc = excinfo.value
+    assert isinstance(exc, data.DataError) and isinstance(exc, lab.LabError) and isinstance(exc, KeyError)
+    msg = str(exc)
+    assert msg == (
+        f"no data set named 'theta_2099' in the registry ({data._REGISTRY_FILE}); known: "
+        "hpc2n, nasa_ipsc_1993, tau_bench_airline_trajectories, theta_2022, theta_2023, wagap_2013"
+    )
+    assert not msg.startswith('"')  # not KeyError's quoted repr
+
+
+def test_corrupted_copy_raises_checksum_error_and_nothing_is_replaced(tmp_data_dir):
+    original = SHARED / "swf" / "hpc2n.swf"
+    original_bytes = original.read_bytes()
+    copy = tmp_data_dir / "swf" / "hpc2n.swf"
+    copy.parent.mkdir()
+    shutil.copyfile(original, copy)
+    corrupted = bytearray(original_bytes)
+    corrupted[2000] ^= 0x01  # one flipped bit inside a job line
+    copy.write_bytes(bytes(corrupted))
+    actual = sha256(copy)
+    assert actual != HPC2N_SHA
+
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.fetch("hpc2n", download=False)
+    exc = excinfo.value
+    msg = str(exc)
+    assert str(copy) in msg and HPC2N_SHA in msg and actual in msg
+    assert msg == (
+        f"data set 'hpc2n': {copy} has sha256 {actual}, but the registry expects {HPC2N_SHA}; "
+        "the file is corrupted or a different version: restore it or delete it so the registry can fetch it again"
+    )
+    assert (exc.name, exc.path, exc.expected, exc.actual) == ("hpc2n", copy, HPC2N_SHA, actual)
+    assert isinstance(exc, data.DataError)
+
+    # locate() and load_trace() refuse it too
+    with pytest.raises(data.ChecksumError):
+        data.locate("hpc2n")
+    with pytest.raises(data.ChecksumError):
+        load_trace("hpc2n")
+
+    # never silently replaced: the corrupted copy is still there as it was, the original untouched
+    assert copy.read_bytes() == bytes(corrupted)
+    assert original.read_bytes() == original_bytes
+    assert sha256(original) == HPC2N_SHA
+    assert list(tmp_data_dir.rglob("*")) == [copy.parent, copy]
+
+
+def test_corrupted_copy_in_the_data_dir_is_not_bypassed_by_a_good_cache_copy(tmp_data_dir, tmp_cache_dir):
+    good = SHARED / "swf" / "hpc2n.swf"
+    (tmp_cache_dir / "swf").mkdir()
+    shutil.copyfile(good, tmp_cache_dir / "swf" / "hpc2n.swf")
+    (tmp_data_dir / "swf").mkdir()
+    (tmp_data_dir / "swf" / "hpc2n.swf").write_bytes(good.read_bytes()[:-10])  # truncated
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.fetch("hpc2n", download=False)
+    assert excinfo.value.path == tmp_data_dir / "swf" / "hpc2n.swf"
+
+
+def test_missing_everywhere_raises_data_not_found_naming_every_place(tmp_data_dir, tmp_cache_dir):
+    assert data.locate("hpc2n") is None
+    with pytest.raises(data.DataNotFoundError) as excinfo:
+        data.fetch("hpc2n", download=False)
+    exc = excinfo.value
+    in_data = str(tmp_data_dir / "swf" / "hpc2n.swf")
+    in_cache = str(tmp_cache_dir / "swf" / "hpc2n.swf")
+    assert exc.looked_in == [in_data, in_cache]
+    assert exc.name == "hpc2n"
+    assert isinstance(exc, FileNotFoundError) and isinstance(exc, lab.LabError)
+    msg = str(exc)
+    assert "swf/hpc2n.swf" in msg and HPC2N_SHA in msg and in_data in msg and in_cache in msg
+    assert msg == (
+        f"data set 'hpc2n' (swf/hpc2n.swf, sha256 {HPC2N_SHA}) not found; looked in: {in_data}; {in_cache} "
+        "(downloads disabled). Set LAB_DATA_DIR to a folder holding swf/hpc2n.swf."
+    )
+    # nothing was created while looking
+    assert list(tmp_data_dir.iterdir()) == [] and list(tmp_cache_dir.iterdir()) == []
+
+
+def test_missing_with_no_data_dir_at_all_says_so(tmp_path, tmp_cache_dir, monkeypatch):
+    monkeypatch.delenv("LAB_DATA_DIR", raising=False)
+    monkeypatch.setattr(data, "_PROJECT_ROOT", tmp_path / "elsewhere" / "checkout")  # no ../shared/data there
+    assert data.data_dir() is None
+    with pytest.raises(data.DataNotFoundError) as excinfo:
+        data.fetch("theta_2022", download=False)
+    assert excinfo.value.looked_in == [
+        "$LAB_DATA_DIR (unset, and no ../shared/data)",
+        str(tmp_cache_dir / "swf" / "theta_2022.swf"),
+    ]
+
+
+def test_copy_in_the_cache_is_found_when_the_data_dir_is_empty(tmp_data_dir, tmp_cache_dir):
+    cached = tmp_cache_dir / "swf" / "hpc2n.swf"
+    cached.parent.mkdir()
+    shutil.copyfile(SHARED / "swf" / "hpc2n.swf", cached)
+    assert data.cache_dir() == tmp_cache_dir
+    assert data.fetch("hpc2n", download=False) == cached
+    assert data.locate("hpc2n") == cached
+    assert len(load_trace("hpc2n")) == 3170
+
+
+def test_data_dir_copy_wins_over_the_cache(tmp_data_dir, tmp_cache_dir):
+    for base in (tmp_data_dir, tmp_cache_dir):
+        (base / "swf").mkdir()
+        shutil.copyfile(SHARED / "swf" / "hpc2n.swf", base / "swf" / "hpc2n.swf")
+    assert data.fetch("hpc2n", download=False) == tmp_data_dir / "swf" / "hpc2n.swf"

@@ -1,0 +1,43 @@
+"""Every teaching notebook runs top to bottom in a fresh kernel (nbclient), as a reader would run it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "data" in out:
+            parts.append(out.data.get("text/html", "") + out.data.get("text/plain", ""))
+    return "\n".join(parts)
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs_headless(path):
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    if path.name == "01_site_queues.ipynb":
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert "3,170" in _text(code[0])  # the HPC2N trace displayed through kernels_ext
+        widget = [c for c in code if "QueueDashboard(" in c.source][0]
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
+        answer = _text(code[-1])
+        for site in ("Theta 2022", "Theta 2023", "HPC2N"):
+            assert site in answer
+
+
+def test_notebooks_exist():
+    assert [p.name for p in NOTEBOOKS][:1] == ["01_site_queues.ipynb"]
