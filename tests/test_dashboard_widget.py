@@ -37,28 +37,32 @@ def test_small_site_numbers_follow_the_replay():
     assert "pending <b>0</b>" in view.stats.value and "busy 3/4 (75%)" in view.stats.value
     assert "no job pending" in view.table.value
     # the window is [t - 7 d, t): job 1, starting exactly at t = 2 h, is not in it yet
-    assert list(view.figure.data[6].y) == [1] + [0] * 11
+    assert list(dash.figure.data[6].y) == [1] + [0] * 11
     dash.slider.value = 3
-    hist = list(view.figure.data[6].y)
-    assert hist[0] == 1 and hist[3] == 1 and sum(hist) == 2  # waits 0 s (<1m) and 2 h (1-2h)
+    hist = list(dash.figure.data[6].y)
+    assert hist[0] == 1 and hist[4] == 1 and sum(hist) == 2  # waits 0 s (<1m) and exactly 2 h (bin [2h, 4h))
 
 
 def test_slider_updates_in_place(real):
     dash = QueueDashboard(real, start_day=30)
-    view = dash.views["theta_2022"]
-    figure, n_traces = view.figure, len(view.figure.data)
-    before = (view.figure.layout.shapes[0].x0, view.table.value, tuple(view.figure.data[6].y))
+    figure, n_traces = dash.figure, len(dash.figure.data)
+    tables = {name: view.table.value for name, view in dash.views.items()}
     dash.slider.value += 24
-    assert view.figure is figure and len(view.figure.data) == n_traces  # same widget, nothing rebuilt
-    assert view.figure.layout.shapes[0].x0 == pytest.approx(before[0] + 1.0)  # marker moved one day
-    assert view.table.value != before[1]
-    t = view.replay.first_submit + dash.elapsed_s
-    snap = view.replay.snapshot(t)
-    assert list(view.figure.data[4].y) == [snap.pending]
-    assert list(view.figure.data[5].y) == [snap.busy_processors]
-    np.testing.assert_array_equal(view.figure.data[6].y, view.replay.wait_histogram(t - 7 * DAY, t, WAIT_BIN_EDGES))
-    top = view.replay.pending_jobs(t, limit=10)
-    assert f">{int(top.job_id.iloc[0])}<" in view.table.value
+    assert dash.figure is figure and len(dash.figure.data) == n_traces  # same widget, nothing rebuilt
+    assert [s.x0 for s in dash.figure.layout.shapes] == pytest.approx([31.0] * 4)  # markers moved one day
+    assert tables["theta_2022"] != dash.views["theta_2022"].table.value
+    for column, view in enumerate(dash.views.values()):
+        first = 7 * column  # each site owns 7 traces: pending, running, busy, capacity, 2 markers, histogram
+        t = view.replay.first_submit + dash.elapsed_s
+        snap = view.replay.snapshot(t)
+        assert list(dash.figure.data[first + 4].y) == [snap.pending]
+        assert list(dash.figure.data[first + 5].y) == [snap.busy_processors]
+        np.testing.assert_array_equal(dash.figure.data[first + 6].y, view.replay.wait_histogram(t - 7 * DAY, t, WAIT_BIN_EDGES))
+        top = view.replay.pending_jobs(t, limit=10)
+        if len(top):
+            assert f">{int(top.job_id.iloc[0])}<" in view.table.value
+        else:
+            assert "no job pending" in view.table.value
 
 
 def test_time_axis_is_elapsed_and_covers_the_longest_trace(real):

@@ -3,13 +3,17 @@
 A view over :class:`lab.hpc.queue.QueueReplay` objects. One time control
 (slider plus play button) moves every site to the same *elapsed* time since
 its trace's first job (the traces come from different years, so calendar time
-would not overlap). Per site it shows the pending and running job counts and
-the busy processors over the whole trace with a marker at the chosen time, the
-wait-time histogram of the jobs that started in the preceding window, the
-queue's numbers at that time, and the longest-waiting pending jobs.
+would not overlap). Per site (one column each) it shows the pending and
+running job counts and the busy processors over the whole trace with a marker
+at the chosen time, the wait-time histogram of the jobs that started in the
+preceding window, the queue's numbers at that time, and the longest-waiting
+pending jobs.
 
-Every figure is a plotly ``FigureWidget`` built once; moving the time changes
-a few of its properties in place (``batch_update``), never rebuilds it.
+All plots live in one plotly ``FigureWidget`` (one column of subplots per
+site), built once in its initial state; moving the time changes a few of its
+properties in place in one ``batch_update``, never rebuilds it. (One widget
+rather than one per site: with plotly 7's anywidget front end, in-place
+updates to several FigureWidgets on one page were intermittently lost.)
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.hpc.queue import WAIT_BIN_EDGES, WAIT_BIN_LABELS, QueueReplay
+from lab.hpc.queue import WAIT_BIN_EDGES, WAIT_BIN_LABELS, QueueReplay, QueueSnapshot
 
 __all__ = ["QueueDashboard"]
 
 _HOUR, _DAY = 3600.0, 86400.0
-_PENDING, _RUNNING, _BUSY, _CAPACITY, _PENDING_NOW, _BUSY_NOW, _WAITS = range(7)  # trace order in each figure
+# Trace order within each site's block of traces, and shapes (time markers) per site.
+_PENDING, _RUNNING, _BUSY, _CAPACITY, _PENDING_NOW, _BUSY_NOW, _WAITS = range(7)
+_TRACES_PER_SITE, _SHAPES_PER_SITE = 7, 2
 
 
 def _hours(seconds: float) -> str:
@@ -37,38 +43,12 @@ def _hours(seconds: float) -> str:
 
 
 class _SiteView:
-    """The widgets of one site's column; all numbers come from its QueueReplay."""
+    """One site's column: its text widgets, and which traces and shapes of the shared figure are its own."""
 
-    def __init__(self, replay: QueueReplay, *, points: int, window_s: float, top: int, width: int):
-        self.replay, self.window_s, self.top = replay, window_s, top
-        timeline = replay.timeline(points)
-        days = (timeline["time"].to_numpy() - replay.first_submit) / _DAY
-        fig = make_subplots(
-            rows=3,
-            cols=1,
-            vertical_spacing=0.11,
-            subplot_titles=("jobs pending / running", "busy processors", f"wait of jobs started in the last {window_s / _DAY:g} days"),
-        )
-        fig.add_scatter(x=days, y=timeline["pending"], name="pending", line=dict(color="#d62728"), row=1, col=1)
-        fig.add_scatter(x=days, y=timeline["running"], name="running", line=dict(color="#2ca02c"), row=1, col=1)
-        fig.add_scatter(x=days, y=timeline["busy_processors"], name="busy", line=dict(color="#1f77b4"), row=2, col=1)
-        cap = replay.capacity if replay.capacity is not None else float("nan")
-        fig.add_scatter(x=[days[0], days[-1]], y=[cap, cap], name="capacity", line=dict(color="#7f7f7f", dash="dash"), row=2, col=1)
-        fig.add_scatter(x=[0], y=[0], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now", row=1, col=1)
-        fig.add_scatter(x=[0], y=[0], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now", row=2, col=1)
-        fig.add_bar(x=list(WAIT_BIN_LABELS), y=[0] * len(WAIT_BIN_LABELS), name="jobs started", marker_color="#9467bd", showlegend=False, row=3, col=1)
-        for row in (1, 2):
-            fig.add_vline(x=0, line=dict(color="black", width=1, dash="dot"), row=row, col=1)
-        fig.update_xaxes(title_text="days since the trace's first job", row=2, col=1)
-        fig.update_xaxes(title_text="wait", row=3, col=1)
-        fig.update_layout(
-            height=640,
-            width=width,
-            margin=dict(l=50, r=10, t=40, b=40),
-            legend=dict(orientation="h", y=1.08, x=0),
-            uirevision="keep",
-        )
-        self.figure = go.FigureWidget(fig)
+    def __init__(self, replay: QueueReplay, column: int, *, window_s: float, top: int, width: int):
+        self.replay, self.column, self.window_s, self.top = replay, column, window_s, top
+        self.first_trace = column * _TRACES_PER_SITE
+        self.first_shape = column * _SHAPES_PER_SITE
         first = pd.Timestamp(replay.first_submit, unit="s", tz="UTC")
         last = pd.Timestamp(replay.last_end, unit="s", tz="UTC")
         self.title = W.HTML(
@@ -80,32 +60,58 @@ class _SiteView:
         self.stats.add_class("lab-site-stats")
         self.table = W.HTML()
         self.table.add_class("lab-pending-table")
-        self.widget = W.VBox([self.title, self.stats, self.figure, self.table], layout=W.Layout(width=f"{width + 10}px"))
+        box = W.Layout(width=f"{width}px", padding="0 8px")
+        self.header = W.VBox([self.title, self.stats], layout=box)
+        self.footer = W.VBox([self.table], layout=box)
 
-    def show(self, elapsed_s: float) -> None:
+    def state(self, elapsed_s: float) -> tuple[float, QueueSnapshot, np.ndarray]:
+        """(day, snapshot, wait-histogram counts) at ``elapsed_s`` seconds after the site's first job."""
+        t = self.replay.first_submit + elapsed_s
+        return elapsed_s / _DAY, self.replay.snapshot(t), self.replay.wait_histogram(t - self.window_s, t, WAIT_BIN_EDGES)
+
+    def add_traces(self, fig: go.Figure, elapsed_s: float, points: int) -> None:
+        r, col = self.replay, self.column + 1
+        day, snap, counts = self.state(elapsed_s)
+        timeline = r.timeline(points)
+        days = (timeline["time"].to_numpy() - r.first_submit) / _DAY
+        legend = self.column == 0
+        fig.add_scatter(x=days, y=timeline["pending"], name="pending", line=dict(color="#d62728"), showlegend=legend, legendgroup="p", row=1, col=col)
+        fig.add_scatter(x=days, y=timeline["running"], name="running", line=dict(color="#2ca02c"), showlegend=legend, legendgroup="r", row=1, col=col)
+        fig.add_scatter(x=days, y=timeline["busy_processors"], name="busy", line=dict(color="#1f77b4"), showlegend=legend, legendgroup="b", row=2, col=col)
+        cap = r.capacity if r.capacity is not None else float("nan")
+        fig.add_scatter(x=[days[0], days[-1]], y=[cap, cap], mode="lines", name="capacity", line=dict(color="#7f7f7f", dash="dash"), showlegend=legend, legendgroup="c", row=2, col=col)
+        fig.add_scatter(x=[day], y=[snap.pending], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now", row=1, col=col)
+        fig.add_scatter(x=[day], y=[snap.busy_processors], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now", row=2, col=col)
+        fig.add_bar(x=list(WAIT_BIN_LABELS), y=counts, name="jobs started", marker_color="#9467bd", showlegend=False, row=3, col=col)
+        for row in (1, 2):
+            fig.add_vline(x=day, line=dict(color="black", width=1, dash="dot"), row=row, col=col)
+        fig.update_xaxes(title_text="days since first job", row=2, col=col)
+        self.show_text(elapsed_s, snap)
+
+    def move(self, fig: go.FigureWidget, elapsed_s: float) -> None:
+        """Move the site to ``elapsed_s``; call inside the figure's ``batch_update``."""
+        day, snap, counts = self.state(elapsed_s)
+        fig.data[self.first_trace + _PENDING_NOW].update(x=[day], y=[snap.pending])
+        fig.data[self.first_trace + _BUSY_NOW].update(x=[day], y=[snap.busy_processors])
+        fig.data[self.first_trace + _WAITS].y = counts
+        for shape in fig.layout.shapes[self.first_shape : self.first_shape + _SHAPES_PER_SITE]:
+            shape.x0 = shape.x1 = day
+        self.show_text(elapsed_s, snap)
+
+    def show_text(self, elapsed_s: float, snap: QueueSnapshot) -> None:
         r = self.replay
         t = r.first_submit + elapsed_s
-        snap = r.snapshot(t)
-        counts = r.wait_histogram(t - self.window_s, t, WAIT_BIN_EDGES)
-        day = elapsed_s / _DAY
-        after_end = t > r.last_end
-        with self.figure.batch_update():
-            self.figure.data[_PENDING_NOW].update(x=[day], y=[snap.pending])
-            self.figure.data[_BUSY_NOW].update(x=[day], y=[snap.busy_processors])
-            self.figure.data[_WAITS].y = counts
-            for shape in self.figure.layout.shapes:
-                shape.x0 = shape.x1 = day
         util = "n/a" if math.isnan(snap.utilization) else f"{snap.utilization:.0%}"
-        note = " <b>(after the trace's last job)</b>" if after_end else ""
+        note = " <b>(after the trace's last job)</b>" if t > r.last_end else ""
         self.stats.value = (
             f"<div><b>{snap.datetime:%Y-%m-%d %H:%M} UTC</b>{note}<br>"
             f"pending <b>{snap.pending}</b> jobs ({snap.pending_processors:,} processors asked) &middot; "
             f"running <b>{snap.running}</b> &middot; busy {snap.busy_processors:,}/{r.capacity or '?'} ({util})</div>"
         )
-        pending = r.pending_jobs(t, limit=self.top)
-        self.table.value = self._table_html(pending, r.snapshot(t).pending)
+        self.table.value = self._table_html(r.pending_jobs(t, limit=self.top), snap.pending)
 
-    def _table_html(self, pending: pd.DataFrame, total: int) -> str:
+    @staticmethod
+    def _table_html(pending: pd.DataFrame, total: int) -> str:
         if pending.empty:
             return "<div class='lab-empty'>no job pending at this time</div>"
         shown = pd.DataFrame(
@@ -141,14 +147,22 @@ class QueueDashboard(W.VBox):
     start_day : float, default 30
         Initial elapsed time, days (clipped to the longest trace).
     width : int, default 430
-        Pixel width of each site's figure.
+        Pixel width of each site's column.
 
     Attributes
     ----------
     slider : ipywidgets.IntSlider
         Elapsed hours since each trace's first job; set ``slider.value`` to move every site.
     play : ipywidgets.Play
-    views : dict of str to the per-site widgets (``figure``, ``stats``, ``table``).
+    figure : plotly.graph_objects.FigureWidget
+        Rows: pending/running jobs, busy processors, wait histogram; one column per site.
+    views : dict
+        Per site name, its ``stats`` and ``table`` HTML widgets and its ``replay``.
+
+    Raises
+    ------
+    ValueError
+        No site given.
     """
 
     def __init__(
@@ -171,26 +185,44 @@ class QueueDashboard(W.VBox):
             replays = list(sites)
         if not replays:
             raise ValueError("QueueDashboard needs at least one site")
-        self.views = {r.name: _SiteView(r, points=points, window_s=window_s, top=top, width=width) for r in replays}
         max_hours = int(math.ceil(max(r.span for r in replays) / _HOUR))
         start = min(int(start_day * 24), max_hours)
-        self.slider = W.IntSlider(
-            value=start - start % step_hours,
-            min=0,
-            max=max_hours,
-            step=step_hours,
-            description="hours",
-            continuous_update=False,
-            layout=W.Layout(width="70%"),
+        start -= start % step_hours
+
+        self.views = {r.name: _SiteView(r, k, window_s=window_s, top=top, width=width) for k, r in enumerate(replays)}
+        n = len(replays)
+        titles = ["jobs pending / running"] * n + ["busy processors"] * n + [f"wait of jobs started in the last {window_s / _DAY:g} d"] * n
+        fig = make_subplots(rows=3, cols=n, vertical_spacing=0.1, horizontal_spacing=0.06, subplot_titles=titles)
+        # The figure is built in its initial state: changes made before a FigureWidget is displayed never reach the page.
+        for view in self.views.values():
+            view.add_traces(fig, start * _HOUR, points)
+        fig.update_layout(
+            height=640,
+            width=width * n,
+            margin=dict(l=50, r=10, t=70, b=40),
+            legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0),
+            uirevision="keep",
         )
-        self.play = W.Play(value=self.slider.value, min=0, max=max_hours, step=step_hours, interval=400, description="play")
+        self.figure = go.FigureWidget(fig)
+
+        self.slider = W.IntSlider(
+            value=start, min=0, max=max_hours, step=step_hours, description="hours", continuous_update=False, layout=W.Layout(width="70%")
+        )
+        self.play = W.Play(value=start, min=0, max=max_hours, step=step_hours, interval=400, description="play")
         W.jslink((self.play, "value"), (self.slider, "value"))
         self.clock = W.HTML()
+        self._show_clock(start)
         self.slider.observe(self._on_time, names="value")
-        controls = W.HBox([self.play, self.slider, self.clock])
-        columns = W.HBox([v.widget for v in self.views.values()], layout=W.Layout(overflow="auto"))
-        super().__init__([controls, columns])
-        self._show(self.slider.value)
+        views = list(self.views.values())
+        super().__init__(
+            [
+                W.HBox([self.play, self.slider, self.clock]),
+                W.HBox([v.header for v in views]),
+                self.figure,
+                W.HBox([v.footer for v in views]),
+            ],
+            layout=W.Layout(overflow="auto"),
+        )
 
     @property
     def elapsed_s(self) -> float:
@@ -198,9 +230,11 @@ class QueueDashboard(W.VBox):
         return self.slider.value * _HOUR
 
     def _on_time(self, change) -> None:
-        self._show(change["new"])
+        hours = change["new"]
+        self._show_clock(hours)
+        with self.figure.batch_update():
+            for view in self.views.values():
+                view.move(self.figure, hours * _HOUR)
 
-    def _show(self, hours: int) -> None:
+    def _show_clock(self, hours: int) -> None:
         self.clock.value = f"day <b>{hours / 24:.2f}</b> of each trace"
-        for view in self.views.values():
-            view.show(hours * _HOUR)
