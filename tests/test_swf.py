@@ -259,7 +259,8 @@ MALFORMED = [
     ("negative_float", f"{job(average_cpu_time=-0.5)}\n", 1, "average_cpu_time", "negative value -0.5; SWF allows -1 (unknown) only"),
     ("non_integer", f"{OK}\n{job(wait_time=2.5)}\n", 2, "wait_time", "'2.5' is not an integer"),
     ("bad_header_integer", f"; UnixStartTime: 0\n; MaxProcs: many\n{OK}\n", 2, "MaxProcs", "header value 'many' is not an integer"),
-    ("nineteen_fields", f"{OK} x\n", 1, "field 19", "line has 19 fields, SWF has 18 (unexpected 'x')"),
+    ("nineteen_fields", f"{OK} x\n", 1, None, "line has 19 fields, SWF has 18 (unexpected 'x')"),
+    ("huge_integer", f"{OK}\n{job(requested_memory='1e30')}\n", 2, "requested_memory", "'1e30' is too large for an exact integer (limit 2**53)"),
     (
         "nineteen_fields_braced",
         f"{OK} {{1,2}}\n",
@@ -421,3 +422,10 @@ def test_property_write_then_read_gives_the_same_table(tmp_path, trace, gz):
     opener = gzip.open if gz else open
     with opener(out, "rb") as a, opener(again, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_indented_header_lines_continue_the_previous_key_even_with_a_colon():
+    text = "; Note: logs from the\n;       archive, see: http://example.org\n; MaxProcs: 8\n" + OK + "\n"
+    header = parse_swf(text).header
+    assert header.notes == ["logs from the archive, see: http://example.org"]
+    assert header.max_procs == 8

@@ -80,7 +80,10 @@ _HEADER_KEYS = {
     "MaxPartitions": "max_partitions",
 }
 _INT_HEADER_FIELDS = {"max_jobs", "max_records", "unix_start_time", "time_zone", "max_nodes", "max_procs", "max_queues", "max_partitions"}
-_HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
+# "; Key: value" with at most one blank after ';'; deeper-indented lines continue the previous key
+# (e.g. a multi-line Note, even if its text contains a colon, as in a URL).
+_HEADER_RE = re.compile(r"^;[ \t]?([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
+_EXACT_INT_LIMIT = 2.0**53  # values are parsed as float64, exact for integers up to this
 
 
 class SWFHeader(BaseModel):
@@ -279,7 +282,7 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
         if n > 18:
             if not tokens[18].startswith("{"):
                 raise fault(
-                    SWFError(f"line has {n} fields, SWF has 18 (unexpected {tokens[18]!r})", path=path, line=lineno, field=f"field {19}")
+                    SWFError(f"line has {n} fields, SWF has 18 (unexpected {tokens[18]!r})", path=path, line=lineno, field=None)
                 )
             if n != 21 or not tokens[18].endswith("}"):
                 raise fault(
@@ -338,6 +341,8 @@ def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, 
         if name not in _FLOAT_FIELDS:
             for i in np.flatnonzero(ok & (col != np.floor(col))):
                 faults.append((int(i), j, f"{rows[i][j]!r} is not an integer"))
+            for i in np.flatnonzero(ok & (np.abs(col) > _EXACT_INT_LIMIT)):
+                faults.append((int(i), j, f"{rows[i][j]!r} is too large for an exact integer (limit 2**53)"))
         for i in np.flatnonzero(ok & (col < 0) & (col != -1)):
             faults.append((int(i), j, f"negative value {rows[i][j]}; SWF allows -1 (unknown) only"))
     if faults:
