@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 VOILA_PORT ?= 8866
+LAB_ROOT ?= notebooks
 PYTEST_ARGS ?=
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
@@ -25,7 +26,7 @@ lab: setup
 	echo; echo "  research-lab: open http://127.0.0.1:$(LAB_PORT)/lab/tree/01_site_queues.ipynb?token=$$token"; echo; \
 	exec $(BIN)/jupyter lab --no-browser $(ROOT_FLAG) \
 	  --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
-	  --IdentityProvider.token=$$token --ServerApp.root_dir=notebooks \
+	  --IdentityProvider.token=$$token --ServerApp.root_dir=$(LAB_ROOT) \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
 voila: setup

@@ -146,7 +146,7 @@ class QueueDashboard(W.VBox):
         Slider and play-button step, hours.
     start_day : float, default 30
         Initial elapsed time, days (clipped to the longest trace).
-    width : int, default 430
+    width : int, default 380
         Pixel width of each site's column.
 
     Attributes
@@ -174,7 +174,7 @@ class QueueDashboard(W.VBox):
         top: int = 10,
         step_hours: int = 6,
         start_day: float = 30.0,
-        width: int = 430,
+        width: int = 380,
     ):
         if isinstance(sites, Mapping):
             replays = []
