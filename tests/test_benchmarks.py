@@ -16,5 +16,5 @@ def test_queue_replay_benchmark_writes_its_keys(tmp_path):
     assert result["jobs"] == 3170
     assert result["results_agree"] is True
     assert result["speedup"] == result["snapshots_per_s"] / result["baseline_snapshots_per_s"]
-    assert result["machine"]["cores"] >= 1 and result["machine"]["torch"] == "2.13.0"
+    assert result["machine"]["cores"] >= 1 and result["machine"]["torch"].startswith("2.13.0")
     assert result["inputs"] == {"trace": "hpc2n", "snapshots": 200, "baseline_snapshots": 10, "repeat": 1}
