@@ -260,7 +260,10 @@ MALFORMED = [
     ("non_integer", f"{OK}\n{job(wait_time=2.5)}\n", 2, "wait_time", "'2.5' is not an integer"),
     ("bad_header_integer", f"; UnixStartTime: 0\n; MaxProcs: many\n{OK}\n", 2, "MaxProcs", "header value 'many' is not an integer"),
     ("nineteen_fields", f"{OK} x\n", 1, None, "line has 19 fields, SWF has 18 (unexpected 'x')"),
-    ("huge_integer", f"{OK}\n{job(requested_memory='1e30')}\n", 2, "requested_memory", "'1e30' is too large for an exact integer (limit 2**53)"),
+    ("exponent_integer", f"{OK}\n{job(requested_memory='1e3')}\n", 2, "requested_memory", "'1e3' is not an integer"),
+    ("rounds_to_integer", f"{job(submit_time='4503599627370496.5')}\n", 1, "submit_time", "'4503599627370496.5' is not an integer"),
+    ("huge_integer", f"{OK}\n{job(requested_memory='99999999999999999999')}\n", 2, "requested_memory", "'99999999999999999999' is too large for a 64-bit integer"),
+    ("underscore", f"{job(run_time='1_000')}\n", 1, "run_time", "'1_000' is not a finite number"),
     (
         "nineteen_fields_braced",
         f"{OK} {{1,2}}\n",
@@ -379,14 +382,14 @@ def test_valid_edge_values():
         "; UnixStartTime: 100\n"
         "\n"
         f"  {job(average_cpu_time=0.25, run_time=0)}  \r\n"  # blank line, padding, CRLF
-        f"{job(job_id=2, requested_memory='1e3')}\n"  # exponent notation of an integer
+        f"{job(job_id=2, requested_memory='9007199254740993')}\n"  # beyond float64's exact integers
         "\t \n"
     )
     t = parse_swf(text)
     assert len(t) == 2
     assert t.jobs["average_cpu_time"].tolist() == [0.25, pd.NA]
     assert t.jobs["run_time"].tolist() == [0, 100]
-    assert t.jobs["requested_memory"].tolist() == [pd.NA, 1000]
+    assert t.jobs["requested_memory"].tolist() == [pd.NA, 9007199254740993]
     assert t.submit_epoch().tolist() == [100.0, 100.0]
     assert t.path is None and t.name == "<swf>"
 
@@ -397,7 +400,7 @@ def test_valid_edge_values():
 @st.composite
 def traces(draw):
     n = draw(st.integers(1, 12))
-    ints = st.integers(-1, 2**53)  # -1 is unknown; SWF numbers are read as float64, exact up to 2**53
+    ints = st.integers(-1, 2**63 - 1)  # -1 is unknown; integers are exact in int64
     floats = st.one_of(st.just(-1.0), st.floats(0, 1e15, allow_nan=False, allow_infinity=False))
     columns = {}
     for f in FIELDS:

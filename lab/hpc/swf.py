@@ -83,7 +83,7 @@ _INT_HEADER_FIELDS = {"max_jobs", "max_records", "unix_start_time", "time_zone",
 # "; Key: value" with at most one blank after ';'; deeper-indented lines continue the previous key
 # (e.g. a multi-line Note, even if its text contains a colon, as in a URL).
 _HEADER_RE = re.compile(r"^;[ \t]?([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
-_EXACT_INT_LIMIT = 2.0**53  # values are parsed as float64, exact for integers up to this
+_HEADER_INT_LIMIT = 2**53  # header integers become epoch seconds and capacities in float64 arithmetic
 
 
 class SWFHeader(BaseModel):
@@ -323,27 +323,37 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
 
 
 def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, problems: list) -> dict[str, pd.api.extensions.ExtensionArray]:
-    """Turn the (n, 18) token matrix into typed nullable columns, finding the first bad value in file order."""
+    """Turn the (n, 18) token matrix into typed nullable columns, finding the first bad value in file order.
+
+    Integer fields accept only integer literals (``12``, ``-1``; not ``1.0`` or ``1e3``) and are
+    exact in int64; ``average_cpu_time`` is float64.
+    """
     try:
         values = np.asarray(rows, dtype=np.float64)  # fast path: every token numeric
     except ValueError:
         values = np.empty((len(rows), 18))
         for j in range(18):
             values[:, j] = pd.to_numeric(pd.Series([r[j] for r in rows]), errors="coerce").to_numpy(dtype=np.float64)
-    # Locate every violation per column: (row, column, reason).
-    faults: list[tuple[int, int, str]] = []
+    tokens = np.asarray(rows, dtype=str)
+    literal = np.strings.isdecimal(np.strings.lstrip(tokens, "-"))  # integer literal (a bad '--5' fails as a number)
+    faults: list[tuple[int, int, str]] = []  # (row, column, reason)
+    exact: dict[tuple[int, int], int] = {}  # integers beyond float64's exact range, parsed from their tokens
     for j, name in enumerate(FIELDS):
         col = values[:, j]
-        bad_num = ~np.isfinite(col)
-        for i in np.flatnonzero(bad_num):
+        finite = np.isfinite(col) & (np.strings.find(tokens[:, j], "_") < 0)  # float() would accept 1_000
+        for i in np.flatnonzero(~finite):
             faults.append((int(i), j, f"{rows[i][j]!r} is not a finite number"))
-        ok = ~bad_num
         if name not in _FLOAT_FIELDS:
-            for i in np.flatnonzero(ok & (col != np.floor(col))):
+            for i in np.flatnonzero(finite & ~literal[:, j]):
                 faults.append((int(i), j, f"{rows[i][j]!r} is not an integer"))
-            for i in np.flatnonzero(ok & (np.abs(col) > _EXACT_INT_LIMIT)):
-                faults.append((int(i), j, f"{rows[i][j]!r} is too large for an exact integer (limit 2**53)"))
-        for i in np.flatnonzero(ok & (col < 0) & (col != -1)):
+            for i in np.flatnonzero(finite & literal[:, j] & (np.abs(col) >= 2.0**53)):
+                value = int(rows[i][j])
+                if abs(value) >= 2**63:
+                    faults.append((int(i), j, f"{rows[i][j]!r} is too large for a 64-bit integer"))
+                else:
+                    exact[int(i), j] = value
+                    values[i, j] = 0  # placeholder, so the int64 cast below never overflows
+        for i in np.flatnonzero(finite & (col < 0) & (col != -1)):
             faults.append((int(i), j, f"negative value {rows[i][j]}; SWF allows -1 (unknown) only"))
     if faults:
         faults.sort()
@@ -353,6 +363,7 @@ def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, 
         for i, j, reason in faults:
             problems.append(SWFError(reason + "; kept as unknown", path=path, line=int(linenos[i]), field=FIELDS[j]))
             values[i, j] = -1
+            exact.pop((i, j), None)
     out = {}
     for j, name in enumerate(FIELDS):
         col = values[:, j]
@@ -360,7 +371,11 @@ def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, 
         if name in _FLOAT_FIELDS:
             out[name] = pd.arrays.FloatingArray(np.where(unknown, 0.0, col), mask=unknown)
         else:
-            out[name] = pd.arrays.IntegerArray(np.where(unknown, 0, col).astype(np.int64), mask=unknown)
+            ints = np.where(unknown, 0, col).astype(np.int64)
+            for (i, jj), value in exact.items():
+                if jj == j:
+                    ints[i] = value
+            out[name] = pd.arrays.IntegerArray(ints, mask=unknown)
     return out
 
 
