@@ -77,3 +77,32 @@ def test_time_axis_is_elapsed_and_covers_the_longest_trace(real):
 def test_needs_a_site():
     with pytest.raises(ValueError, match="at least one site"):
         QueueDashboard([])
+
+
+def test_sites_are_named_without_changing_the_replays(real):
+    replay = real["hpc2n"]
+    dash = QueueDashboard({"Seth": replay, "Seth again": replay})  # one replay may be shown twice
+    assert list(dash.views) == ["Seth", "Seth again"] and replay.name == "hpc2n"
+    dash.slider.value += 6
+    assert dash.views["Seth"].stats.value == dash.views["Seth again"].stats.value
+
+
+@pytest.mark.parametrize(
+    "sites, kwargs, error, message",
+    [
+        ("dupes", {}, ValueError, r"site names must be unique, but \['hpc2n'\] repeat"),
+        ("trace", {}, TypeError, r"site 'x': expected a lab.hpc.QueueReplay, got SWFTrace"),
+        ("ok", {"step_hours": 0}, ValueError, r"step_hours must be an integer >= 1, not 0"),
+        ("ok", {"points": 1}, ValueError, r"points must be an integer >= 2, not 1"),
+        ("ok", {"top": 0}, ValueError, r"top must be an integer >= 1, not 0"),
+        ("ok", {"window_s": 0}, ValueError, r"window_s must be positive seconds, not 0"),
+    ],
+)
+def test_bad_arguments_are_refused(real, sites, kwargs, error, message):
+    arg = {
+        "dupes": [real["hpc2n"], real["hpc2n"]],
+        "trace": {"x": real["hpc2n"].trace},
+        "ok": [real["hpc2n"]],
+    }[sites]
+    with pytest.raises(error, match=message):
+        QueueDashboard(arg, **kwargs)

@@ -58,7 +58,8 @@ def toy() -> QueueReplay:
 
 def expected_frame(rows) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(SNAPSHOT_COLUMNS))
-    return df.astype({c: "int64" for c in SNAPSHOT_COLUMNS if c not in ("time", "utilization")} | {"time": "float64"})
+    ints = {c: "int64" for c in SNAPSHOT_COLUMNS if c not in ("time", "utilization", "free_processors")}
+    return df.astype(ints | {"time": "float64", "free_processors": "Int64"})
 
 
 def test_toy_replay_basics(toy):
@@ -118,18 +119,15 @@ def test_toy_capacity_override_and_fallbacks():
     assert (s.busy_processors, s.free_processors, s.utilization) == (10, -5, 2.0)  # not clipped
     v = half.capacity_violations()
     assert list(v.columns) == ["start", "end", "busy_processors", "duration_s"]
-    assert v.to_dict("list") == {
-        "start": [1050.0, 1100.0],
-        "end": [1100.0, 1110.0],
-        "busy_processors": [10, 6],
-        "duration_s": [50.0, 10.0],
-    }
+    # busy 10 on [1050, 1100), then 6 on [1100, 1110): one episode over capacity, its peak 10
+    assert v.to_dict("list") == {"start": [1050.0], "end": [1110.0], "busy_processors": [10], "duration_s": [60.0]}
     nodes_only = QueueReplay(parse_swf(TOY.replace("MaxProcs", "MaxNodes")))
     assert nodes_only.capacity == 10
     unknown = QueueReplay(parse_swf(TOY.replace("; MaxProcs: 10\n", "")))
     assert unknown.capacity is None
     s = unknown.snapshots([1050])
-    assert s["busy_processors"].tolist() == [10] and s["free_processors"].tolist() == [-1]
+    assert s["busy_processors"].tolist() == [10] and s["free_processors"].isna().tolist() == [True]
+    assert unknown.snapshot(1050).free_processors is None
     assert np.isnan(s["utilization"].iloc[0])
     assert unknown.capacity_violations().empty
 
@@ -165,7 +163,7 @@ def test_toy_pending_jobs(toy):
 def test_toy_running_jobs(toy):
     got = toy.running_jobs(1050)
     assert got["job_id"].tolist() == [1, 2]  # earliest start first
-    assert got["waited_s"].tolist() == [50.0, 40.0]
+    assert got["running_s"].tolist() == [50.0, 0.0]  # started at 1000 and at 1050
     assert got["processors"].tolist() == [4, 6]
     assert got["run_time_s"].tolist() == [100.0, 60.0]
     assert toy.running_jobs(1100)["job_id"].tolist() == [2]  # job 1 ended at 1100, zero-run job 3 never runs
@@ -262,7 +260,7 @@ def test_hpc2n_never_exceeds_its_240_processors(replays):
 
 @pytest.mark.parametrize(
     ("name", "intervals", "total_s", "max_busy"),
-    [("theta_2022", 9, 906.0, 5084), ("theta_2023", 31, 329_713.0, 5538)],
+    [("theta_2022", 6, 906.0, 5084), ("theta_2023", 30, 329_713.0, 5538)],
 )
 def test_theta_traces_oversubscribe_slightly(replays, name, intervals, total_s, max_busy):
     r = replays[name]
@@ -319,8 +317,8 @@ def test_nasa_needs_unknown_wait_zero():
     msg = str(excinfo.value)
     assert "unknown_wait='zero'" in msg
     assert msg == (
-        "trace 'nasa_ipsc_1993.swf': none of its 18239 jobs has known submit, wait, run time and processors; "
-        "if its submit times are start times, pass unknown_wait='zero'"
+        "trace 'nasa_ipsc_1993.swf': none of its 18239 jobs can be replayed (18239 without wait time); "
+        "if its submit times are start times (as in the NASA iPSC log), pass unknown_wait='zero'"
     )
     assert isinstance(excinfo.value, ValueError)
     r = QueueReplay(trace, unknown_wait="zero")
@@ -337,3 +335,26 @@ def test_theta_2022_timeline_has_the_asked_rows(replays):
     assert tl["time"].is_monotonic_increasing
     assert tl["pending"].max() > 0 and tl["busy_processors"].max() > 0
     assert tl.iloc[-1][["pending", "running", "busy_processors"]].sum() == 0  # all done at the last end
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, "8", True])
+def test_capacity_must_be_a_positive_integer(capacity):
+    with pytest.raises(ValueError, match="capacity must be a positive integer number of processors"):
+        QueueReplay(parse_swf(TOY), capacity=capacity)
+
+
+def test_non_positive_header_capacity_is_unknown():
+    assert QueueReplay(parse_swf(TOY.replace("MaxProcs: 10", "MaxProcs: -1"))).capacity is None
+    assert QueueReplay(parse_swf(TOY.replace("MaxProcs: 10", "MaxProcs: 0\n; MaxNodes: 7"))).capacity == 7
+
+
+def test_snapshot_times_must_be_finite(toy):
+    with pytest.raises(ValueError, match="finite"):
+        toy.snapshots([1000.0, float("nan")])
+
+
+def test_replay_error_says_what_is_missing():
+    text = "1 -1 0 10 1 -1 -1 1 10 -1 1 -1 -1 -1 -1 -1 -1 -1\n2 5 0 -1 1 -1 -1 1 10 -1 1 -1 -1 -1 -1 -1 -1 -1\n"
+    with pytest.raises(ReplayError) as excinfo:
+        QueueReplay(parse_swf(text))
+    assert str(excinfo.value) == "trace '<swf>': none of its 2 jobs can be replayed (1 without submit time, 1 without run time)"

@@ -263,6 +263,7 @@ MALFORMED = [
     ("exponent_integer", f"{OK}\n{job(requested_memory='1e3')}\n", 2, "requested_memory", "'1e3' is not an integer"),
     ("rounds_to_integer", f"{job(submit_time='4503599627370496.5')}\n", 1, "submit_time", "'4503599627370496.5' is not an integer"),
     ("huge_integer", f"{OK}\n{job(requested_memory='99999999999999999999')}\n", 2, "requested_memory", "'99999999999999999999' is too large for a 64-bit integer"),
+    ("huge_negative", f"{job(wait_time='-99999999999999999999')}\n", 1, "wait_time", "negative value -99999999999999999999; SWF allows -1 (unknown) only"),
     ("underscore", f"{job(run_time='1_000')}\n", 1, "run_time", "'1_000' is not a finite number"),
     (
         "nineteen_fields_braced",
@@ -319,7 +320,52 @@ def test_binary_file_is_not_text(tmp_path):
     path.write_bytes(b"1 2 3\xff\xfe\n")
     with pytest.raises(SWFError) as excinfo:
         read_swf(path)
-    assert str(excinfo.value) == f"{path}: not a text file (invalid start byte at byte 5)"
+    assert str(excinfo.value) == f"{path}, line 1: not UTF-8 text (invalid start byte)"
+
+
+def test_undecodable_byte_deep_in_a_large_file_names_its_line(tmp_path):
+    path = tmp_path / "late.swf"
+    good = OK + "\n"
+    path.write_bytes((good * 20_000).encode() + b"1 \xff\n")  # past the decoder's first chunk
+    with pytest.raises(SWFError) as excinfo:
+        read_swf(path)
+    assert excinfo.value.line == 20_001
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"1 0 10 100 4 -1 -1 4 200 -1 1 -1 -1 -1 -1 -1 -1 -1\n", "not a readable gzip file (BadGzipFile: Not a gzipped file (b'1 '))"),
+        (gzip.compress((OK + "\n").encode() * 200)[:40], "not a readable gzip file (EOFError: Compressed file ended before the end-of-stream marker was reached)"),
+    ],
+    ids=["not_gzip", "truncated_gzip"],
+)
+def test_bad_gzip_is_an_swf_error(tmp_path, payload, reason):
+    path = tmp_path / "bad.swf.gz"
+    path.write_bytes(payload)
+    with pytest.raises(SWFError) as excinfo:
+        read_swf(path)
+    assert str(excinfo.value) == f"{path}: {reason}"
+
+
+def test_byte_order_mark_and_cr_line_ends(tmp_path):
+    text = "\ufeff; MaxProcs: 8\r" + OK + "\r"
+    assert parse_swf(text).header.max_procs == 8 and len(parse_swf(text)) == 1
+    path = tmp_path / "bom.swf"
+    path.write_bytes(text.encode("utf-8"))
+    assert read_swf(path).header.max_procs == 8
+
+
+def test_header_integer_out_of_range():
+    with pytest.raises(SWFError) as excinfo:
+        parse_swf("; UnixStartTime: " + "9" * 30 + "\n" + OK + "\n")
+    assert excinfo.value.line == 1 and excinfo.value.field == "UnixStartTime"
+    assert "out of range" in str(excinfo.value)
+
+
+def test_non_swf_data_set_is_refused_by_name():
+    with pytest.raises(SWFError, match="data set 'tau_bench_airline_trajectories' is json, not an SWF trace"):
+        load_trace("tau_bench_airline_trajectories")
 
 
 def test_missing_file_is_file_not_found(tmp_path):

@@ -45,14 +45,14 @@ def _hours(seconds: float) -> str:
 class _SiteView:
     """One site's column: its text widgets, and which traces and shapes of the shared figure are its own."""
 
-    def __init__(self, replay: QueueReplay, column: int, *, window_s: float, top: int, width: int):
-        self.replay, self.column, self.window_s, self.top = replay, column, window_s, top
+    def __init__(self, name: str, replay: QueueReplay, column: int, *, window_s: float, top: int, width: int):
+        self.name, self.replay, self.column, self.window_s, self.top = name, replay, column, window_s, top
         self.first_trace = column * _TRACES_PER_SITE
         self.first_shape = column * _SHAPES_PER_SITE
         first = pd.Timestamp(replay.first_submit, unit="s", tz="UTC")
         last = pd.Timestamp(replay.last_end, unit="s", tz="UTC")
         self.title = W.HTML(
-            f"<h3 style='margin:4px 0'>{html.escape(replay.name)}</h3>"
+            f"<h3 style='margin:4px 0'>{html.escape(name)}</h3>"
             f"<div>{len(replay):,} jobs, capacity {replay.capacity or 'unknown'} processors, "
             f"{first:%Y-%m-%d} to {last:%Y-%m-%d}</div>"
         )
@@ -134,7 +134,8 @@ class QueueDashboard(W.VBox):
     Parameters
     ----------
     sites : mapping of name to QueueReplay, or sequence of QueueReplay
-        One column per site (a mapping's keys rename the replays).
+        One column per site, titled by the mapping's key or the replay's ``name``
+        (the replays themselves are not changed).
     points : int, default 720
         Samples of each site's timeline drawn in the overview plots.
     window_s : float, default 7 days
@@ -162,7 +163,10 @@ class QueueDashboard(W.VBox):
     Raises
     ------
     ValueError
-        No site given.
+        No site given, two sites with one name, or a non-positive ``points``, ``top``,
+        ``step_hours`` or ``window_s``.
+    TypeError
+        A site is not a :class:`~lab.hpc.queue.QueueReplay`.
     """
 
     def __init__(
@@ -176,20 +180,27 @@ class QueueDashboard(W.VBox):
         start_day: float = 30.0,
         width: int = 380,
     ):
-        if isinstance(sites, Mapping):
-            replays = []
-            for name, replay in sites.items():
-                replay.name = name
-                replays.append(replay)
-        else:
-            replays = list(sites)
-        if not replays:
+        named = list(sites.items()) if isinstance(sites, Mapping) else [(getattr(r, "name", repr(r)), r) for r in sites]
+        if not named:
             raise ValueError("QueueDashboard needs at least one site")
+        for name, replay in named:
+            if not isinstance(replay, QueueReplay):
+                raise TypeError(f"site {name!r}: expected a lab.hpc.QueueReplay, got {type(replay).__name__}")
+        names = [name for name, _ in named]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"site names must be unique, but {repeated} repeat: pass a mapping {{name: replay}} to name them")
+        for what, value, least in (("points", points, 2), ("top", top, 1), ("step_hours", step_hours, 1)):
+            if int(value) != value or value < least:
+                raise ValueError(f"{what} must be an integer >= {least}, not {value!r}")
+        if not window_s > 0:
+            raise ValueError(f"window_s must be positive seconds, not {window_s!r}")
+        replays = [replay for _, replay in named]
         max_hours = int(math.ceil(max(r.span for r in replays) / _HOUR))
         start = min(int(start_day * 24), max_hours)
         start -= start % step_hours
 
-        self.views = {r.name: _SiteView(r, k, window_s=window_s, top=top, width=width) for k, r in enumerate(replays)}
+        self.views = {name: _SiteView(name, r, k, window_s=window_s, top=top, width=width) for k, (name, r) in enumerate(named)}
         n = len(replays)
         titles = ["jobs pending / running"] * n + ["busy processors"] * n + [f"wait of jobs started in the last {window_s / _DAY:g} d"] * n
         fig = make_subplots(rows=3, cols=n, vertical_spacing=0.1, horizontal_spacing=0.06, subplot_titles=titles)

@@ -93,6 +93,8 @@ class Dataset:
         Registry key, e.g. ``"theta_2022"``.
     path : str
         Relative path under the data directory (and the cache), e.g. ``"swf/theta_2022.swf"``.
+    format : str
+        What reads it: ``"swf"`` (:func:`lab.hpc.swf.read_swf`), ``"json"``.
     sha256 : str
         Hex digest of the file's bytes.
     url : str
@@ -105,6 +107,7 @@ class Dataset:
 
     name: str
     path: str
+    format: str
     sha256: str
     url: str
     description: str = ""
@@ -201,6 +204,8 @@ def fetch(name: str, *, download: bool = True) -> Path:
         No copy in the data directory or cache and the download failed or was not allowed;
         the message lists every place looked.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"data set name must be a str, not {type(name).__name__}: {name!r}")
     ds = info(name)
     found = locate(name)
     if found is not None:
@@ -216,7 +221,7 @@ def fetch(name: str, *, download: bool = True) -> Path:
             _download(ds, target)
             return _verified(ds, target)
         except ChecksumError:
-            target.unlink(missing_ok=True)
+            _discard_download(target)
             raise
         except Exception as exc:  # network, HTTP, unzip: reported with every place looked
             reason = f"download failed: {type(exc).__name__}: {exc}"
@@ -227,6 +232,15 @@ def fetch(name: str, *, download: bool = True) -> Path:
         name=name,
         looked_in=looked,
     )
+
+
+def _discard_download(target: Path) -> None:
+    """Remove a bad download and, for zip data sets, its archive and extraction folder, so a retry starts clean."""
+    import shutil
+
+    target.unlink(missing_ok=True)
+    target.with_name(target.name + ".zip").unlink(missing_ok=True)
+    shutil.rmtree(target.with_name(target.name + ".d"), ignore_errors=True)
 
 
 def _download(ds: Dataset, target: Path) -> None:

@@ -50,20 +50,22 @@ class QueueSnapshot:
         Seconds since the Unix epoch (UTC).
     pending, running : int
         Job counts (queue depth is ``pending``).
-    busy_processors, free_processors : int
-        Processors (nodes on Theta) held by running jobs, and the rest of the capacity
-        (``free_processors`` is negative if the trace over-subscribes the machine).
+    busy_processors : int
+        Processors (nodes on Theta) held by running jobs.
+    free_processors : int or None
+        The rest of the capacity: negative if the trace over-subscribes the machine,
+        None when the capacity is unknown.
     utilization : float
         ``busy_processors / capacity`` (NaN when the capacity is unknown).
     pending_processors : int
-        Processors requested by the pending jobs.
+        Processors of the pending jobs (allocated where the trace records it, else requested).
     """
 
     time: float
     pending: int
     running: int
     busy_processors: int
-    free_processors: int
+    free_processors: int | None
     utilization: float
     pending_processors: int
 
@@ -80,7 +82,8 @@ class QueueReplay:
     trace : SWFTrace
         From :func:`lab.hpc.swf.read_swf` or :func:`~lab.hpc.swf.load_trace`.
     capacity : int, optional
-        Processors of the machine; default the header's ``MaxProcs``, else ``MaxNodes``.
+        Processors of the machine, a positive integer; default the header's ``MaxProcs``,
+        else its ``MaxNodes`` (whichever is positive), else unknown.
     unknown_wait : {"exclude", "zero"}
         Jobs whose wait is unknown (-1) are left out of the replay (default) or, for
         logs whose submit times are really start times (NASA iPSC/860, per its header
@@ -93,7 +96,10 @@ class QueueReplay:
     Raises
     ------
     ReplayError
-        No job can be replayed (e.g. a trace without wait times and ``unknown_wait="exclude"``).
+        No job can be replayed (e.g. a trace without wait times and ``unknown_wait="exclude"``);
+        the message counts the jobs missing each quantity.
+    ValueError
+        ``capacity`` is not a positive integer, or ``unknown_wait`` is not one of its choices.
 
     Notes
     -----
@@ -113,6 +119,8 @@ class QueueReplay:
     ):
         if unknown_wait not in ("exclude", "zero"):
             raise ValueError(f"unknown_wait must be 'exclude' or 'zero', not {unknown_wait!r}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0):
+            raise ValueError(f"capacity must be a positive integer number of processors, not {capacity!r}")
         self.trace = trace
         self.name = name or trace.name.removesuffix(".swf")
         jobs = trace.jobs
@@ -123,13 +131,15 @@ class QueueReplay:
         run = jobs["run_time"].to_numpy(dtype="float64", na_value=np.nan)
         procs = jobs["allocated_processors"].to_numpy(dtype="float64", na_value=np.nan)
         procs = np.where(np.isnan(procs), jobs["requested_processors"].to_numpy(dtype="float64", na_value=np.nan), procs)
-        keep = ~(np.isnan(submit) | np.isnan(wait) | np.isnan(run) | np.isnan(procs))
+        missing = {"submit time": np.isnan(submit), "wait time": np.isnan(wait), "run time": np.isnan(run), "processors": np.isnan(procs)}
+        keep = ~np.logical_or.reduce(list(missing.values()))
         self.excluded = int((~keep).sum())
         if not keep.any():
-            raise ReplayError(
-                f"trace {trace.name!r}: none of its {len(jobs)} jobs has known submit, wait, run time and processors"
-                + ("; if its submit times are start times, pass unknown_wait='zero'" if unknown_wait == "exclude" else "")
-            )
+            counts = ", ".join(f"{int(m.sum())} without {what}" for what, m in missing.items() if m.any())
+            hint = ""
+            if unknown_wait == "exclude" and missing["wait time"].all():
+                hint = "; if its submit times are start times (as in the NASA iPSC log), pass unknown_wait='zero'"
+            raise ReplayError(f"trace {trace.name!r}: none of its {len(jobs)} jobs can be replayed ({counts}){hint}")
         self._rows = np.flatnonzero(keep)  # positions in trace.jobs
         self.submit = submit[keep]
         self.start = self.submit + wait[keep]
@@ -137,7 +147,9 @@ class QueueReplay:
         self.wait = wait[keep]
         self.processors = procs[keep].astype(np.int64)
         header = trace.header
-        self.capacity = capacity if capacity is not None else (header.max_procs or header.max_nodes)
+        if capacity is None:
+            capacity = next((c for c in (header.max_procs, header.max_nodes) if c is not None and c > 0), None)
+        self.capacity = None if capacity is None else int(capacity)
 
         by_submit = np.argsort(self.submit, kind="stable")
         by_start = np.argsort(self.start, kind="stable")
@@ -184,37 +196,52 @@ class QueueReplay:
         -------
         pandas.DataFrame
             ``m`` rows, columns :data:`SNAPSHOT_COLUMNS` (``time`` float64 epoch seconds; counts
-            int64; ``utilization`` float64 in [0, 1] unless the trace over-subscribes).
+            int64; ``free_processors`` Int64, ``<NA>`` when the capacity is unknown;
+            ``utilization`` float64 in [0, 1] unless the trace over-subscribes, NaN if capacity unknown).
+
+        Raises
+        ------
+        ValueError
+            A time is NaN or infinite.
         """
         t = np.asarray(times, dtype=np.float64).reshape(-1)
+        if not np.isfinite(t).all():
+            raise ValueError(f"snapshot times must be finite epoch seconds; got {t[~np.isfinite(t)][:3].tolist()}")
         n_sub = np.searchsorted(self._submit_sorted, t, side="right")
         n_start = np.searchsorted(self._start_sorted, t, side="right")
         n_end = np.searchsorted(self._end_sorted, t, side="right")
         busy = self._procs_by_start[n_start] - self._procs_by_end[n_end]
-        cap = np.nan if self.capacity is None else float(self.capacity)
+        if self.capacity is None:
+            free = pd.array(np.zeros(len(t), dtype=np.int64), dtype="Int64")
+            free[:] = pd.NA
+            utilization = np.full(len(t), np.nan)
+        else:
+            free = pd.array(self.capacity - busy, dtype="Int64")
+            utilization = busy / self.capacity
         return pd.DataFrame(
             {
                 "time": t,
                 "pending": n_sub - n_start,
                 "running": n_start - n_end,
                 "busy_processors": busy,
-                "free_processors": (self.capacity - busy) if self.capacity is not None else np.full(len(t), -1),
-                "utilization": busy / cap,
+                "free_processors": free,
+                "utilization": utilization,
                 "pending_processors": self._procs_by_submit[n_sub] - self._procs_by_start[n_start],
             }
         )
 
     def snapshot(self, t: float) -> QueueSnapshot:
         """Queue state at one time ``t`` (epoch seconds); see :meth:`snapshots`."""
-        row = self.snapshots([t]).iloc[0]
+        df = self.snapshots([t])
+        free = df["free_processors"].iloc[0]
         return QueueSnapshot(
-            time=float(row["time"]),
-            pending=int(row["pending"]),
-            running=int(row["running"]),
-            busy_processors=int(row["busy_processors"]),
-            free_processors=int(row["free_processors"]),
-            utilization=float(row["utilization"]),
-            pending_processors=int(row["pending_processors"]),
+            time=float(df["time"].iloc[0]),
+            pending=int(df["pending"].iloc[0]),
+            running=int(df["running"].iloc[0]),
+            busy_processors=int(df["busy_processors"].iloc[0]),
+            free_processors=None if pd.isna(free) else int(free),
+            utilization=float(df["utilization"].iloc[0]),
+            pending_processors=int(df["pending_processors"].iloc[0]),
         )
 
     def timeline(self, n: int = 1000, *, start: float | None = None, end: float | None = None) -> pd.DataFrame:
@@ -232,31 +259,36 @@ class QueueReplay:
         Returns
         -------
         pandas.DataFrame
-            Columns ``start``, ``end`` (epoch seconds), ``busy_processors`` (int) and ``duration_s``;
-            empty when the capacity is unknown or never exceeded.
+            One row per maximal interval over capacity (back-to-back intervals are merged):
+            ``start``, ``end`` (epoch seconds), ``busy_processors`` (int, the interval's peak) and
+            ``duration_s``; empty when the capacity is unknown or never exceeded.
         """
         events = np.unique(np.concatenate([self.start, self.end]))
         columns = {"start": [], "end": [], "busy_processors": [], "duration_s": []}
         if self.capacity is None or len(events) < 2:
             return pd.DataFrame(columns)
         busy = self.snapshots(events[:-1])["busy_processors"].to_numpy()
-        over = np.flatnonzero(busy > self.capacity)
+        over = busy > self.capacity
+        # runs of consecutive event intervals over capacity
+        edges = np.diff(np.concatenate([[0], over.astype(np.int8), [0]]))
+        first, last = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # run k covers [first[k], last[k])
+        peak = np.array([busy[a:b].max() for a, b in zip(first, last)], dtype=np.int64)
         return pd.DataFrame(
             {
-                "start": events[over],
-                "end": events[over + 1],
-                "busy_processors": busy[over],
-                "duration_s": events[over + 1] - events[over],
+                "start": events[first],
+                "end": events[last],
+                "busy_processors": peak,
+                "duration_s": events[last] - events[first],
             }
         )
 
-    def _job_table(self, idx: np.ndarray, t: float) -> pd.DataFrame:
+    def _job_table(self, idx: np.ndarray, since: str, since_times: np.ndarray, t: float) -> pd.DataFrame:
         jobs = self.trace.jobs.iloc[self._rows[idx]]
         return pd.DataFrame(
             {
                 "job_id": jobs["job_id"].to_numpy(),
                 "submitted": pd.to_datetime(self.submit[idx], unit="s", utc=True),
-                "waited_s": t - self.submit[idx],
+                since: t - since_times[idx],
                 "processors": self.processors[idx],
                 "requested_time_s": jobs["requested_time"].to_numpy(dtype="float64", na_value=np.nan),
                 "wait_s": self.wait[idx],
@@ -276,13 +308,14 @@ class QueueReplay:
         """
         idx = np.flatnonzero((self.submit <= t) & (self.start > t))
         idx = idx[np.argsort(self.submit[idx], kind="stable")][:limit]
-        return self._job_table(idx, t).reset_index(drop=True)
+        return self._job_table(idx, "waited_s", self.submit, t)
 
     def running_jobs(self, t: float) -> pd.DataFrame:
-        """Jobs running at ``t`` (same columns as :meth:`pending_jobs`), earliest start first."""
+        """Jobs running at ``t``, earliest start first: the columns of :meth:`pending_jobs`, with
+        ``running_s`` (seconds since the job started) in place of ``waited_s``."""
         idx = np.flatnonzero((self.start <= t) & (self.end > t))
         idx = idx[np.argsort(self.start[idx], kind="stable")]
-        return self._job_table(idx, t).reset_index(drop=True)
+        return self._job_table(idx, "running_s", self.start, t)
 
     def wait_times(self, t0: float, t1: float) -> np.ndarray:
         """Waits (seconds, float64) of the jobs that started in ``[t0, t1)``, in start order."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,9 +165,21 @@ class SWFTrace:
 
 
 def _open_text(path: Path):
+    # utf-8-sig: a byte-order mark some editors write is not part of the first header line
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    return path.open("r", encoding="utf-8", errors="strict")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="strict")
+    return path.open("r", encoding="utf-8-sig", errors="strict")
+
+
+def _first_undecodable_line(path: Path) -> int:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return 1
 
 
 def read_swf(path: str | Path, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
@@ -178,36 +191,50 @@ def read_swf(path: str | Path, *, invalid: Literal["raise", "unknown"] = "raise"
         The file. For a registered data set use :func:`load_trace`.
     invalid : {"raise", "unknown"}
         What to do with a value the format forbids (non-numeric, non-finite,
-        fractional where an integer is required, negative other than -1):
+        not an integer literal where an integer is required, negative other than -1):
         raise :class:`~lab.hpc.errors.SWFError` (default), or keep the job,
         mark that value unknown and record the error in ``trace.problems``.
-        Structural faults (wrong number of fields, bad header, no jobs) always raise.
+        Structural faults (wrong number of fields, bad header, no jobs, not text) always raise.
 
     Raises
     ------
     SWFError
         With the file, 1-based line number and field name, e.g.
-        ``theta.swf, line 12, field 'run_time': negative value -5; SWF allows -1 (unknown) only``.
+        ``theta.swf, line 12, field 'run_time': negative value -5; SWF allows -1 (unknown) only``;
+        also for a file that is not UTF-8 text or a ``.gz`` that is not (complete) gzip.
     FileNotFoundError
         The file does not exist.
     """
     path = Path(path)
-    with _open_text(path) as fh:
-        try:
+    try:
+        with _open_text(path) as fh:
             return _parse(fh, path=path, invalid=invalid)
-        except UnicodeDecodeError as exc:
-            raise SWFError(f"not a text file ({exc.reason} at byte {exc.start})", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise SWFError(f"not UTF-8 text ({exc.reason})", path=path, line=_first_undecodable_line(path)) from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise SWFError(f"not a readable gzip file ({type(exc).__name__}: {exc})", path=path) from None
 
 
 def parse_swf(text: str, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
     """Parse SWF from a string; same rules and errors as :func:`read_swf` (line numbers count from 1)."""
-    return _parse(io.StringIO(text), path=None, invalid=invalid)
+    return _parse(io.StringIO(text.removeprefix("\ufeff"), newline=None), path=None, invalid=invalid)
 
 
 def load_trace(name: str, *, invalid: Literal["raise", "unknown"] = "raise") -> SWFTrace:
-    """Read a registered trace (``"theta_2022"``, ``"hpc2n"``, ...) through :mod:`lab.data`."""
+    """Read a registered trace (``"theta_2022"``, ``"hpc2n"``, ...) through :mod:`lab.data`.
+
+    Raises
+    ------
+    SWFError
+        The data set is registered but is not an SWF trace.
+    lab.data.DataError
+        As :func:`lab.data.fetch`.
+    """
     from lab import data
 
+    info = data.info(name)
+    if info.format != "swf":
+        raise SWFError(f"data set {name!r} is {info.format}, not an SWF trace", path=info.path)
     return read_swf(data.fetch(name), invalid=invalid)
 
 
@@ -237,10 +264,11 @@ def _parse_header(lines: list[tuple[int, str]], path: Path | None) -> SWFHeader:
         elif key in _HEADER_KEYS:
             attr = _HEADER_KEYS[key]
             if attr in _INT_HEADER_FIELDS:
-                try:
-                    values[attr] = int(value)
-                except ValueError:
-                    raise SWFError(f"header value {value!r} is not an integer", path=path, line=lineno, field=key) from None
+                if not re.fullmatch(r"[+-]?[0-9]+", value):
+                    raise SWFError(f"header value {value!r} is not an integer", path=path, line=lineno, field=key)
+                if abs(int(value)) >= _HEADER_INT_LIMIT:
+                    raise SWFError(f"header value {value} is out of range (|value| < 2**53)", path=path, line=lineno, field=key)
+                values[attr] = int(value)
             else:
                 values[attr] = value
     return SWFHeader(**values, queues=queues, partitions=partitions, notes=notes, lines=[raw for _, raw in lines])
@@ -348,7 +376,9 @@ def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, 
                 faults.append((int(i), j, f"{rows[i][j]!r} is not an integer"))
             for i in np.flatnonzero(finite & literal[:, j] & (np.abs(col) >= 2.0**53)):
                 value = int(rows[i][j])
-                if abs(value) >= 2**63:
+                if value < 0:  # reported by the negative check below
+                    continue
+                if value >= 2**63:
                     faults.append((int(i), j, f"{rows[i][j]!r} is too large for a 64-bit integer"))
                 else:
                     exact[int(i), j] = value
@@ -389,7 +419,8 @@ def write_swf(trace: SWFTrace, path: str | Path) -> Path:
     """Write a trace as SWF (gzip-compressed when ``path`` ends in ``.gz``).
 
     Unknown values are written as -1; the header's verbatim ``lines`` come
-    first; Alea-extended traces keep their three extra tokens. Reading the
+    first (when a trace has them they are the header: to write edited typed header
+    fields, pass a header with ``lines=[]`` and it is rendered from the fields); Alea-extended traces keep their three extra tokens. Reading the
     file back with :func:`read_swf` gives an equal ``jobs`` table and header.
     The file is written to a temporary name and renamed into place, so an
     existing file is never left half-written.
