@@ -10,7 +10,7 @@ LAB_ROOT ?= notebooks
 PYTEST_ARGS ?=
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab voila test bench chromium clean
+.PHONY: setup lab voila test bench chromium slurm clean
 
 # Idempotent: re-runs pip only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
@@ -41,7 +41,16 @@ chromium:
 	  else echo "WARNING: chromium is missing and we are not root: the browser test will fail (sudo apt-get install -y chromium)"; fi; \
 	fi
 
-test: setup chromium
+# Local Slurm sites for the HPC tests (Debian's slurm-wlm 22.05); installed when root, else the tests say how.
+slurm:
+	@if ! command -v slurmctld >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's slurm-wlm for the HPC site tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm >/dev/null; \
+	  else echo "WARNING: slurm-wlm is missing and we are not root: the Slurm tests will fail (sudo apt-get install -y slurm-wlm)"; fi; \
+	fi
+
+test: setup chromium slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lab import LabError
 
-__all__ = ["HPCError", "SWFError", "ReplayError"]
+__all__ = ["HPCError", "SWFError", "ReplayError", "SiteError", "PolicyViolation", "SchedulerError", "SiteUnavailable", "TransferError"]
 
 
 class HPCError(LabError):
@@ -41,3 +41,43 @@ class SWFError(HPCError, ValueError):
 
 class ReplayError(HPCError, ValueError):
     """A queue replay was asked something the trace cannot answer (e.g. no wait times at all)."""
+
+
+class SiteError(HPCError, ValueError):
+    """A site description is invalid; names the file and the field."""
+
+    def __init__(self, reason: str, *, path: Path | str | None = None, field: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.field, self.reason = field, reason
+        where = str(self.path) if self.path is not None else "<site>"
+        if field is not None:
+            where += f", field {field!r}"
+        super().__init__(f"{where}: {reason}")
+
+
+class PolicyViolation(HPCError, ValueError):
+    """A request breaks a site's limits (nodes, walltime, partition, account); refused before submission.
+
+    Attributes: ``site``, ``limit`` (which limit, e.g. ``"max_nodes"``), ``requested`` and ``allowed``.
+    """
+
+    def __init__(self, site: str, limit: str, requested, allowed, detail: str = ""):
+        self.site, self.limit, self.requested, self.allowed = site, limit, requested, allowed
+        super().__init__(f"site {site!r}: {limit} is {allowed!r}, but the request asks for {requested!r}" + (f" ({detail})" if detail else ""))
+
+
+class SchedulerError(HPCError, RuntimeError):
+    """A scheduler command failed (e.g. sbatch exited non-zero); carries the command and its stderr."""
+
+    def __init__(self, site: str, command: list[str] | str, returncode: int | None, stderr: str):
+        self.site, self.command, self.returncode, self.stderr = site, command, returncode, stderr
+        cmd = command if isinstance(command, str) else " ".join(command)
+        super().__init__(f"site {site!r}: `{cmd}` failed (exit {returncode}): {stderr.strip()[:500]}")
+
+
+class SiteUnavailable(SchedulerError):
+    """The site's scheduler does not answer (controller down, timeout)."""
+
+
+class TransferError(HPCError, RuntimeError):
+    """A data transfer failed or its checksum did not match."""
