@@ -63,7 +63,8 @@ class PolicyViolation(HPCError, ValueError):
 
     def __init__(self, site: str, limit: str, requested, allowed, detail: str = ""):
         self.site, self.limit, self.requested, self.allowed = site, limit, requested, allowed
-        super().__init__(f"site {site!r}: {limit} is {allowed!r}, but the request asks for {requested!r}" + (f" ({detail})" if detail else ""))
+        allowed_text = f"one of {allowed!r}" if isinstance(allowed, (list, tuple)) else f"at most {allowed!r}"
+        super().__init__(f"site {site!r} refuses {limit}={requested!r}: allowed {allowed_text}" + (f" ({detail})" if detail else ""))
 
 
 class SchedulerError(HPCError, RuntimeError):
