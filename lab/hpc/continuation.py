@@ -1,0 +1,346 @@
+"""Event-driven continuation: batch jobs do not block the agent (Diamond Agent, continuation skill).
+
+Two halves share one SQLite file, the lab's :class:`~lab.events.EventLog`:
+
+* :class:`ContinuationService` (``python -m lab.hpc.continuation serve --sites DIR --db FILE``)
+  runs outside the kernel. It polls every watched job on every site
+  (:meth:`~lab.hpc.schedulers.base.Scheduler.status`) and appends one event per
+  state change: ``job.started``, ``job.completed``, ``job.failed``, ``job.cancelled``,
+  ``job.timeout``, and ``site.unavailable`` / ``site.available`` when a site stops or
+  starts answering. Events carry a dedupe key (``site/job/state``), so a restarted
+  service never writes one twice, and watches live in the database, so none is lost.
+* :class:`Continuations` runs in the agent (the kernel). :meth:`~Continuations.register`
+  stores "when job K reaches one of these states, call ``module:function``";
+  :meth:`~Continuations.resume_ready` calls each handler whose event has arrived.
+
+Exactly once: a continuation's handler runs inside one ``BEGIN IMMEDIATE``
+transaction that first re-checks the continuation is still waiting, then marks
+it done and appends a ``continuation.resumed`` event. Two resumers (or a
+restarted kernel) cannot both run it; a crash before the commit leaves it
+waiting, so it runs again later. Effects outside the database (submitting the
+next job) should use the continuation id as their idempotency key
+(:attr:`ContinuationRecord.id`), which :mod:`lab.hpc.skills` does.
+
+Times are epoch seconds (UTC).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab import LabError
+from lab.events import Event, EventLog
+from lab.hpc.errors import HPCError, SchedulerError
+from lab.hpc.schedulers.base import TERMINAL_STATES, JobState, Scheduler
+
+__all__ = ["DECISION_EVENTS", "ContinuationError", "ContinuationRecord", "Continuations", "ContinuationService", "main"]
+
+#: The events a continuation waits for unless told otherwise: the job's fate, or a transfer's.
+DECISION_EVENTS = ("job.completed", "job.failed", "job.cancelled", "job.timeout", "transfer.succeeded", "transfer.failed")
+_STATE_EVENT = {
+    JobState.RUNNING: "job.started",
+    JobState.COMPLETED: "job.completed",
+    JobState.FAILED: "job.failed",
+    JobState.CANCELLED: "job.cancelled",
+    JobState.TIMEOUT: "job.timeout",
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS watches (
+    site TEXT NOT NULL, job_id TEXT NOT NULL, last_state TEXT NOT NULL DEFAULT 'pending',
+    active INTEGER NOT NULL DEFAULT 1, created REAL NOT NULL,
+    PRIMARY KEY (site, job_id)
+);
+CREATE TABLE IF NOT EXISTS continuations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, kinds TEXT NOT NULL, handler TEXT NOT NULL,
+    args TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'waiting', created REAL NOT NULL,
+    event_seq INTEGER, resumed REAL, result TEXT, error TEXT
+);
+CREATE INDEX IF NOT EXISTS continuations_waiting ON continuations(state, key);
+"""
+
+
+class ContinuationError(HPCError):
+    """A continuation cannot be registered or its handler cannot be found."""
+
+
+def job_key(site: str, job_id: str) -> str:
+    """The event key of a job: ``"site/job_id"``."""
+    return f"{site}/{job_id}"
+
+
+@dataclass(frozen=True)
+class ContinuationRecord:
+    id: int
+    key: str
+    kinds: tuple[str, ...]
+    handler: str
+    args: dict[str, Any]
+    state: str  # waiting | done | error
+    event_seq: int | None
+    result: Any
+    error: str | None
+
+
+def _resolve(handler: str) -> Callable:
+    module, _, name = handler.partition(":")
+    if not module or not name:
+        raise ContinuationError(f"handler {handler!r} must be 'package.module:function'")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ContinuationError(f"handler {handler!r} cannot be imported: {exc}") from None
+    if not callable(fn):
+        raise ContinuationError(f"handler {handler!r} is not callable")
+    return fn
+
+
+class _Store:
+    def __init__(self, db: str | Path):
+        self.log = EventLog(db)
+        self.conn: sqlite3.Connection = self.log._conn  # one connection: events and state commit together
+        self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+class Continuations:
+    """The agent's side: register continuations and resume those whose event has arrived.
+
+    Parameters
+    ----------
+    db : path
+        The shared database (the service's ``--db``).
+    """
+
+    def __init__(self, db: str | Path):
+        self._store = _Store(db)
+        self.log = self._store.log
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def watch_job(self, site: str, job_id: str) -> None:
+        """Ask the service to watch a job (idempotent)."""
+        self._store.conn.execute("INSERT OR IGNORE INTO watches(site, job_id, created) VALUES (?, ?, ?)", (site, str(job_id), time.time()))
+
+    def register(self, key: str, handler: str, *, on: tuple[str, ...] = DECISION_EVENTS, args: Mapping[str, Any] | None = None) -> int:
+        """Store a continuation: when an event of one of the kinds ``on`` arrives for ``key``,
+        call ``handler`` (``"package.module:function"``, resolvable after a restart) as
+        ``handler(event, continuation, **args)``. Returns the continuation id.
+
+        For a job, ``key`` is :func:`job_key` (``"site/job_id"``); also :meth:`watch_job` it.
+
+        Raises
+        ------
+        ContinuationError
+            The handler cannot be imported or ``args`` is not JSON.
+        """
+        _resolve(handler)
+        try:
+            body = json.dumps(dict(args or {}), sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ContinuationError(f"continuation args for {key!r} are not JSON: {exc}") from None
+        cur = self._store.conn.execute(
+            "INSERT INTO continuations(key, kinds, handler, args, created) VALUES (?, ?, ?, ?, ?)",
+            (key, json.dumps(list(on)), handler, body, time.time()),
+        )
+        return int(cur.lastrowid)
+
+    def get(self, continuation_id: int) -> ContinuationRecord:
+        row = self._store.conn.execute(
+            "SELECT id, key, kinds, handler, args, state, event_seq, result, error FROM continuations WHERE id = ?", (continuation_id,)
+        ).fetchone()
+        if row is None:
+            raise ContinuationError(f"no continuation {continuation_id}")
+        return self._record(row)
+
+    @staticmethod
+    def _record(row) -> ContinuationRecord:
+        return ContinuationRecord(
+            id=row[0], key=row[1], kinds=tuple(json.loads(row[2])), handler=row[3], args=json.loads(row[4]),
+            state=row[5], event_seq=row[6], result=json.loads(row[7]) if row[7] is not None else None, error=row[8],
+        )
+
+    def waiting(self) -> list[ContinuationRecord]:
+        rows = self._store.conn.execute(
+            "SELECT id, key, kinds, handler, args, state, event_seq, result, error FROM continuations WHERE state = 'waiting' ORDER BY id"
+        ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def _first_event(self, rec: ContinuationRecord) -> Event | None:
+        events = self.log.tail(0, kinds=list(rec.kinds), key=rec.key, limit=1)
+        return events[0] if events else None
+
+    def resume_ready(self) -> list[ContinuationRecord]:
+        """Run every waiting continuation whose event has arrived, each exactly once; returns them as resumed.
+
+        A handler that raises is recorded (state ``error``, a ``continuation.error`` event) and
+        not retried; the others go on.
+        """
+        resumed = []
+        with self._lock:
+            for rec in self.waiting():
+                event = self._first_event(rec)
+                if event is None:
+                    continue
+                done = self._resume(rec, event)
+                if done is not None:
+                    resumed.append(done)
+        return resumed
+
+    def _resume(self, rec: ContinuationRecord, event: Event) -> ContinuationRecord | None:
+        conn = self._store.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            state = conn.execute("SELECT state FROM continuations WHERE id = ?", (rec.id,)).fetchone()[0]
+            if state != "waiting":  # another resumer got it first
+                conn.execute("ROLLBACK")
+                return None
+            try:
+                result = _resolve(rec.handler)(event, rec, **rec.args)
+                body = json.dumps(result)
+            except Exception as exc:  # the handler's own failure: recorded, not retried
+                conn.execute(
+                    "UPDATE continuations SET state = 'error', event_seq = ?, resumed = ?, error = ? WHERE id = ?",
+                    (event.seq, time.time(), f"{type(exc).__name__}: {exc}", rec.id),
+                )
+                self.log.append("continuations", "continuation.error", rec.key, {"id": rec.id, "error": str(exc)}, dedupe=f"continuation/{rec.id}")
+                conn.execute("COMMIT")
+                return None
+            now = time.time()
+            conn.execute("UPDATE continuations SET state = 'done', event_seq = ?, resumed = ?, result = ? WHERE id = ?", (event.seq, now, body, rec.id))
+            self.log.append(
+                "continuations", "continuation.resumed", rec.key,
+                {"id": rec.id, "event_seq": event.seq, "event_kind": event.kind, "latency_s": now - event.time},
+                dedupe=f"continuation/{rec.id}",
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return self.get(rec.id)
+
+    def run(self, stop: threading.Event, poll_s: float = 0.1) -> None:
+        """Resume continuations as their events arrive until ``stop`` is set (e.g. in a kernel thread)."""
+        while not stop.is_set():
+            self.resume_ready()
+            stop.wait(poll_s)
+
+
+class ContinuationService:
+    """Watches jobs on all sites and appends their state changes to the event log.
+
+    Parameters
+    ----------
+    db : path
+        The shared database.
+    schedulers : mapping of site name to Scheduler
+    poll_s : float
+        Seconds between polls of each site.
+    """
+
+    def __init__(self, db: str | Path, schedulers: Mapping[str, Scheduler], *, poll_s: float = 0.5):
+        self._store = _Store(db)
+        self.log = self._store.log
+        self.schedulers = dict(schedulers)
+        self.poll_s = poll_s
+        self._available = {name: True for name in self.schedulers}
+
+    def close(self) -> None:
+        self._store.close()
+
+    def poll_once(self) -> list[int]:
+        """Poll every site with active watches once; returns the seqs of the events appended."""
+        conn = self._store.conn
+        rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
+        by_site: dict[str, list[tuple[str, str]]] = {}
+        for site, job_id, last in rows:
+            by_site.setdefault(site, []).append((job_id, last))
+        appended = []
+        for site, jobs in by_site.items():
+            sched = self.schedulers.get(site)
+            if sched is None:
+                continue
+            try:
+                statuses = sched.status([j for j, _ in jobs])
+            except SchedulerError as exc:
+                if self._available.get(site, True):
+                    self._available[site] = False
+                    appended.append(self.log.append(site, "site.unavailable", site, {"error": str(exc)}))
+                continue
+            if not self._available.get(site, True):
+                self._available[site] = True
+                appended.append(self.log.append(site, "site.available", site, {}))
+            for job_id, last in jobs:
+                st = statuses.get(job_id)
+                if st is None or st.state in (JobState.UNKNOWN, JobState.PENDING) or st.state.value == last:
+                    continue
+                appended += self._record_transition(site, job_id, last, st)
+        return appended
+
+    def _record_transition(self, site: str, job_id: str, last: str, st) -> list[int]:
+        key, seqs = job_key(site, job_id), []
+        payload = {
+            "site": site, "job_id": job_id, "state": st.state.value, "exit_code": st.exit_code,
+            "submit_time": st.submit_time, "start_time": st.start_time, "end_time": st.end_time,
+        }
+        if st.state in TERMINAL_STATES and last == JobState.PENDING.value:  # it ran between two polls
+            seqs.append(self.log.append(site, "job.started", key, payload | {"state": "running"}, dedupe=f"{key}/running"))
+        seqs.append(self.log.append(site, _STATE_EVENT[st.state], key, payload, dedupe=f"{key}/{st.state.value}"))
+        self._store.conn.execute(
+            "UPDATE watches SET last_state = ?, active = ? WHERE site = ? AND job_id = ?",
+            (st.state.value, 0 if st.state in TERMINAL_STATES else 1, site, job_id),
+        )
+        return seqs
+
+    def serve(self, stop: threading.Event | None = None) -> None:
+        """Poll until ``stop`` is set (or SIGTERM/SIGINT when run as a program)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            self.poll_once()
+            stop.wait(self.poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.hpc.continuation serve --sites DIR --db FILE [--poll-s S]``"""
+    from lab.hpc.sites import load_sites
+
+    parser = argparse.ArgumentParser(prog="python -m lab.hpc.continuation", description="watch jobs on all sites; append their events")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve")
+    serve.add_argument("--sites", required=True, type=Path, help="folder of site *.toml files")
+    serve.add_argument("--db", required=True, type=Path, help="the shared event/continuation database")
+    serve.add_argument("--poll-s", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    try:
+        sites = load_sites(args.sites)
+        service = ContinuationService(args.db, {name: site.connect() for name, site in sites.items()}, poll_s=args.poll_s)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"continuation service: {len(sites)} sites, db {args.db}, pid {__import__('os').getpid()}", flush=True)
+    service.serve(stop)
+    service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
