@@ -15,7 +15,8 @@ Backends
     are a prefix of the source; renames into place atomically only after
     verification; retries a failed item; measures its own throughput.
 :class:`GlobusTransfer`
-    Wraps a ``globus_sdk.TransferClient`` (globus-sdk 4.x, also 3.x):
+    Wraps a ``globus_sdk.TransferClient`` (written for globus-sdk 4.x; the
+    endpoints are passed by keyword, which late 3.x also accepts, untested):
     submits a ``globus_sdk.TransferData`` (``verify_checksum=True`` and
     ``sync_level="checksum"`` when the request asks for verification) and
     maps ``get_task`` documents to :class:`TransferStatus`.
@@ -39,13 +40,15 @@ Errors
 :class:`~lab.hpc.errors.TransferError` (a :class:`~lab.hpc.errors.HPCError`,
 so a :class:`lab.LabError`) for everything this module raises on purpose:
 a missing source (the message names the path), an endpoint that is not a
-directory, an unknown task id, a wait that times out (``err.status`` holds
-the last status), an SDK ``GlobusAPIError`` (``err.http_status`` and
+directory, an unknown task id, an SDK ``GlobusAPIError`` (``err.http_status`` and
 ``err.code`` carry the HTTP status and Globus error code), a network error
-talking to Globus, and :meth:`TransferBackend.run` on a failed transfer.
+talking to Globus, and :meth:`TransferBackend.run` on a failed or timed-out
+transfer (``err.status`` holds the last status). :meth:`TransferBackend.wait`
+does not raise on a timeout: it returns the last status, whose ``done`` is False.
 A checksum mismatch that persists after the retries is not raised by the
 background copier: the task ends ``failed`` with an ``error`` naming the file
-and both digests (``run`` raises it as a TransferError).
+and both digests (``run`` raises it as a TransferError). Invalid arguments
+(a negative size or timeout, a non-positive bandwidth) raise ValueError.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from enum import Enum
@@ -105,9 +109,10 @@ class TransferRequest(BaseModel):
     :class:`LocalTransfer`) or a Globus collection UUID (for
     :class:`GlobusTransfer`). ``items`` may be given as :class:`TransferItem`
     objects, dicts, or ``(source_path, destination_path)`` pairs.
-    ``verify_checksum`` asks for end-to-end SHA-256 (local) or Globus
-    checksum verification; ``sync_level`` is Globus's skip rule (default
-    ``"checksum"`` when verifying, else unset; the local backend ignores it).
+    ``verify_checksum`` asks Globus for checksum verification (the local
+    backend always verifies with SHA-256, whatever this says);
+    ``sync_level`` is Globus's skip rule (default ``"checksum"`` when
+    verifying, else unset; the local backend ignores it).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -232,33 +237,38 @@ class TransferBackend(ABC):
         """The bandwidth :meth:`estimate_s` uses, bytes per second (configured, measured, or a default)."""
 
     def wait(self, task_id: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> TransferStatus:
-        """Poll :meth:`status` every ``poll_s`` seconds until the task is succeeded or failed.
+        """Poll :meth:`status` every ``poll_s`` seconds until the task is succeeded or failed, or ``timeout_s`` passes.
 
-        Returns the terminal status (check ``.state`` / ``.ok``: a failed task is
-        returned, not raised). Raises TransferError when ``timeout_s`` seconds
-        pass first (``err.status`` is the last status seen).
+        Returns the last status seen: check ``.done`` (False after a timeout,
+        like ``TransferClient.task_wait`` returning False) and ``.ok``; a failed
+        task is returned, not raised (:meth:`run` raises). Raises TransferError
+        only when :meth:`status` does (unknown task, API error).
         """
         if timeout_s < 0 or poll_s < 0:
             raise ValueError(f"timeout_s and poll_s must be >= 0 seconds, got {timeout_s!r}, {poll_s!r}")
         deadline = time.monotonic() + timeout_s
         while True:
             st = self.status(task_id)
-            if st.done:
-                return st
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _error(
-                    f"transfer {task_id} still {st.state.value} after {timeout_s:g} s"
-                    + (f" ({st.detail})" if st.detail else ""),
-                    task_id=task_id,
-                    status=st,
-                )
+            if st.done or remaining <= 0:
+                return st
             self._sleep(min(poll_s, remaining))
 
     def run(self, request: TransferRequest, timeout_s: float = 3600.0, poll_s: float = 1.0) -> TransferStatus:
-        """Submit, wait, and return the succeeded status; raise TransferError (``err.status``) if it failed or timed out."""
+        """Submit, wait, and return the succeeded status.
+
+        Raises TransferError (``err.task_id``, ``err.status``) if the task failed
+        (the message carries its error, e.g. both digests of a checksum mismatch)
+        or is still running after ``timeout_s`` seconds, and whatever :meth:`submit` raises.
+        """
         task_id = self.submit(request)
         st = self.wait(task_id, timeout_s=timeout_s, poll_s=poll_s)
+        if not st.done:
+            raise _error(
+                f"transfer {task_id} still {st.state.value} after {timeout_s:g} s" + (f" ({st.detail})" if st.detail else ""),
+                task_id=task_id,
+                status=st,
+            )
         if not st.ok:
             raise _error(f"transfer {task_id} failed: {st.error or st.detail or 'unknown reason'}", task_id=task_id, status=st)
         return st
@@ -365,7 +375,9 @@ class LocalTransfer(TransferBackend):
     default_bandwidth_bytes_per_s, min_measured_bytes
         See ``bandwidth_bytes_per_s``.
 
-    A missing source or a bad endpoint is refused by :meth:`submit` with
+    Every file is verified with SHA-256 whatever ``request.verify_checksum``
+    says (hashing is cheap next to the copy). A missing source or a bad
+    endpoint is refused by :meth:`submit` with
     :class:`~lab.hpc.errors.TransferError`; failures during the copy end the
     task ``failed`` with ``error`` set (remaining items are not attempted;
     files already verified stay in place). A failed item leaves no
@@ -401,6 +413,7 @@ class LocalTransfer(TransferBackend):
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="lab-transfer")
         self._measured_bytes = 0
         self._measured_s = 0.0
+        self._dest_locks: dict[Path, threading.Lock] = {}  # one writer per <dest>.part at a time
 
     # -- measurement
 
@@ -468,9 +481,9 @@ class LocalTransfer(TransferBackend):
             return task.status.model_copy(deep=True)
 
     def wait(self, task_id: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> TransferStatus:
-        """Block until the task ends (no polling needed locally; ``poll_s`` is accepted for the interface).
+        """Block until the task ends or ``timeout_s`` passes (no polling locally; ``poll_s`` is accepted for the interface).
 
-        Returns the terminal status; raises TransferError on timeout (``err.status``) or an unknown id.
+        Returns the last status (``.done`` is False after a timeout); raises TransferError for an unknown id.
         """
         if timeout_s < 0 or poll_s < 0:
             raise ValueError(f"timeout_s and poll_s must be >= 0 seconds, got {timeout_s!r}, {poll_s!r}")
@@ -478,9 +491,7 @@ class LocalTransfer(TransferBackend):
             task = self._tasks.get(task_id)
         if task is None:
             raise _error(f"no local transfer task {task_id!r}", task_id=task_id)
-        if not task.done_event.wait(timeout_s):
-            st = self.status(task_id)
-            raise _error(f"transfer {task_id} still {st.state.value} after {timeout_s:g} s", task_id=task_id, status=st)
+        task.done_event.wait(timeout_s)
         return self.status(task_id)
 
     def close(self, wait: bool = True) -> None:
@@ -526,7 +537,6 @@ class LocalTransfer(TransferBackend):
     def _run_task(self, task: _Task) -> None:
         t0 = time.monotonic()
         self._update(task, state=TransferState.ACTIVE)
-        verify = task.request.verify_checksum
         try:
             for src, dst in task.pairs:
                 digest = self._copy_item(task, src, dst)
@@ -537,7 +547,7 @@ class LocalTransfer(TransferBackend):
             with self._lock:
                 st = task.status
                 st.state = TransferState.SUCCEEDED
-                st.checksum_verified = True if verify else None
+                st.checksum_verified = True  # the local copier always verifies
                 st.bytes_per_s = st.bytes_transferred / elapsed if elapsed > 0 and st.bytes_transferred else None
                 st.completion_time = time.time()
         except _ChecksumMismatch as exc:
@@ -561,6 +571,12 @@ class LocalTransfer(TransferBackend):
 
     def _copy_item(self, task: _Task, src: Path, dst: Path) -> str:
         """Copy one file with retries; return the verified SHA-256. Raises _ChecksumMismatch / TransferError."""
+        with self._lock:
+            dest_lock = self._dest_locks.setdefault(dst, threading.Lock())
+        with dest_lock:
+            return self._copy_item_locked(task, src, dst)
+
+    def _copy_item_locked(self, task: _Task, src: Path, dst: Path) -> str:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
@@ -756,7 +772,7 @@ class GlobusTransfer(TransferBackend):
         Raises TransferError (``http_status``, ``code``) when Globus refuses it.
         """
         tdata = self.transfer_data(request)
-        with self._translate("submitting transfer"):
+        with _globus_errors("submitting transfer"):
             result = self.client.submit_transfer(tdata)
         task_id = result.get("task_id") if hasattr(result, "get") else None
         if not task_id:
@@ -765,7 +781,7 @@ class GlobusTransfer(TransferBackend):
 
     def status(self, task_id: str) -> TransferStatus:
         """``get_task`` mapped to :class:`TransferStatus`. Raises TransferError on an API or network error."""
-        with self._translate(f"reading task {task_id}"):
+        with _globus_errors(f"reading task {task_id}"):
             doc = self.client.get_task(task_id)
         data = dict(doc.data) if hasattr(doc, "data") and isinstance(doc.data, dict) else dict(doc)
         st = self._map(task_id, data)
@@ -802,9 +818,9 @@ class GlobusTransfer(TransferBackend):
             state = TransferState.PENDING if (nice or "").lower() == "queued" else TransferState.ACTIVE
         else:
             state = TransferState.PENDING
-        if checksum_fault:
+        if checksum_fault and state is not TransferState.SUCCEEDED:
             checksum_verified = False
-            if state is not TransferState.SUCCEEDED and (self.fail_on_checksum_fault or state is TransferState.FAILED):
+            if self.fail_on_checksum_fault or state is TransferState.FAILED:
                 state = TransferState.FAILED
                 reason = d.get("nice_status_short_description") or d.get("nice_status_details") or ""
                 error = f"checksum verification failed ({fatal_code or nice})" + (f": {reason}" if reason else "")
@@ -851,31 +867,22 @@ class GlobusTransfer(TransferBackend):
             return None
         return None
 
-    # -- errors
 
-    class _translate:
-        """Context manager: SDK errors -> TransferError."""
+@contextmanager
+def _globus_errors(what: str) -> Iterator[None]:
+    """Turn globus-sdk errors raised inside the block into TransferError (``http_status``, ``code``)."""
+    import globus_sdk
 
-        def __init__(self, what: str):
-            self.what = what
-
-        def __enter__(self) -> None:
-            return None
-
-        def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-            if exc is None:
-                return False
-            import globus_sdk
-
-            if isinstance(exc, globus_sdk.GlobusAPIError):
-                status, code = exc.http_status, exc.code
-                message = getattr(exc, "message", None) or str(exc)
-                raise _error(
-                    f"Globus refused {self.what}: HTTP {status} {code}: {message}",
-                    http_status=status,
-                    code=code,
-                    request_id=getattr(exc, "request_id", None),
-                ) from exc
-            if isinstance(exc, globus_sdk.NetworkError):
-                raise _error(f"network error {self.what}: {exc}", http_status=None, code=type(exc).__name__) from exc
-            return False
+    try:
+        yield
+    except globus_sdk.GlobusAPIError as exc:
+        status, code = exc.http_status, exc.code
+        message = getattr(exc, "message", None) or str(exc)
+        raise _error(
+            f"Globus refused {what}: HTTP {status} {code}: {message}",
+            http_status=status,
+            code=code,
+            request_id=getattr(exc, "request_id", None),
+        ) from exc
+    except globus_sdk.NetworkError as exc:
+        raise _error(f"network error {what}: {exc}", http_status=None, code=type(exc).__name__) from exc
