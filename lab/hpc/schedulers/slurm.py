@@ -1,0 +1,404 @@
+"""Slurm adapter: one site's Slurm controller through its command-line tools, the site chosen per call.
+
+:class:`SlurmScheduler` runs ``sbatch``, ``scancel``, ``squeue``, ``sinfo`` and
+``scontrol`` as subprocesses, each with ``SLURM_CONF=<the site's slurm.conf>``
+in *that call's* environment (``os.environ`` is never changed), so one process
+can talk to many Slurm sites at once -- e.g. the sites of
+:mod:`lab.hpc.testbed`.
+
+Why the CLI directly, not PSI/J: PSI/J's Slurm executor also shells out to
+``sbatch``/``squeue``/``scancel``, but takes the cluster from the process-wide
+environment (``SLURM_CONF``), so one process serves one site unless every
+command is wrapped; its status poll is periodic (30 s by default) and it exposes
+neither queue snapshots nor Slurm's start estimates (``sbatch --test-only``),
+which placement needs (``notes/hpc.md``). The commands used here are few and
+stable across Slurm 22.05 and later.
+
+What each method runs (Slurm 22.05):
+
+* :meth:`~SlurmScheduler.submit`: ``sbatch --parsable`` with the script of
+  :meth:`~SlurmScheduler.render_script` on stdin; returns the job id.
+* :meth:`~SlurmScheduler.cancel`: ``scancel ID`` (a job that has already ended
+  or been purged is not an error).
+* :meth:`~SlurmScheduler.status`: ``squeue --json`` (22.05 ignores squeue's
+  filters with ``--json``, so jobs are filtered here); jobs that squeue no
+  longer lists (older than ``MinJobAge``) are looked up in the
+  ``jobcomp/filetxt`` file (``JobCompLoc`` from ``scontrol show config``, else
+  from the slurm.conf), whose lines are ``key=value`` pairs (``JobId``,
+  ``JobState``, ``SubmitTime``, ``StartTime``, ``EndTime``, ``ExitCode=E:S``,
+  ...) with times in the controller's local time. The file is only readable
+  where the controller writes it (this machine or a shared file system); jobs
+  found nowhere are ``UNKNOWN``.
+* :meth:`~SlurmScheduler.queue`: ``squeue --json`` + ``sinfo --json`` (CPUs
+  of nodes that are down, drained or failing count as not idle).
+* :meth:`~SlurmScheduler.estimated_start`: ``sbatch --test-only`` with the
+  rendered script, which answers at once with "Job N to start at
+  2026-11-30T06:51:38 using ..." (local time, converted to epoch seconds; no job
+  is submitted, a job id is consumed). Like Slurm's backfill, the estimate is
+  based on time limits.
+* :meth:`~SlurmScheduler.capabilities`: ``sinfo -h -o %P`` (default partition
+  first) + ``sinfo --json``.
+
+Before each method, ``scontrol ping`` (a few milliseconds) checks that the
+controller answers, so a site that is down fails at once rather than after the
+client's connection retries (about ``MessageTimeout`` seconds per command).
+
+States: PENDING (and REQUEUED, ...) -> pending; RUNNING, COMPLETING,
+CONFIGURING, SUSPENDED, ... -> running; COMPLETED -> completed; FAILED,
+NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED -> failed; CANCELLED ->
+cancelled; TIMEOUT -> timeout; anything else -> unknown. Exit codes: the batch
+script's exit status, ``128 + S`` if killed by signal ``S``. Times are epoch
+seconds (float); a pending job's ``start_time`` is the backfill's estimate
+(None until it has one); ``end_time`` and ``exit_code`` only for ended jobs.
+
+Errors: a command that exits non-zero (or reports errors in its JSON) raises
+:class:`~lab.hpc.errors.SchedulerError` with the command and its stderr; a
+controller that does not answer (``scontrol ping`` says DOWN, "Unable to
+contact slurm controller", connection refused, socket timeouts, or no answer
+within ``timeout_s``) raises :class:`~lab.hpc.errors.SiteUnavailable`; missing
+Slurm client tools raise :class:`~lab.hpc.errors.SchedulerError` saying how to
+install them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from lab.hpc.errors import SchedulerError, SiteUnavailable
+from lab.hpc.schedulers.base import Capabilities, JobSpec, JobState, JobStatus, Scheduler, SiteQueue
+from lab.hpc.schedulers.local import render_setup, time_dhms, wait_status_exit_code
+
+__all__ = ["SlurmScheduler", "map_state", "parse_jobcomp_line", "parse_slurm_time"]
+
+INSTALL_HINT = "install the Slurm client tools: apt-get install -y --no-install-recommends slurm-wlm (or slurm-client)"
+
+_STATES: dict[str, JobState] = {
+    **dict.fromkeys(["PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"], JobState.PENDING),
+    **dict.fromkeys(
+        ["RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED", "POWER_UP_NODE"],
+        JobState.RUNNING,
+    ),
+    "COMPLETED": JobState.COMPLETED,
+    **dict.fromkeys(["FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"], JobState.FAILED),
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+}
+_ACTIVE = (JobState.PENDING, JobState.RUNNING)
+_UNAVAILABLE = re.compile(
+    r"Unable to contact slurm controller|Connection refused|connect failure|Socket timed out|"
+    r"Zero Bytes were transmitted|Communication connection failure|Transport endpoint is not connected|"
+    r"backup controller in standby mode",
+    re.IGNORECASE,
+)
+_TEST_ONLY = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+_NOT_IDLE = ("down", "drain", "fail", "not_responding", "future", "power")
+
+
+def map_state(state: str | list | None) -> JobState:
+    """A Slurm job state (``"CANCELLED by 0"``, ``["RUNNING"]``, ``"COMPLETING"``) as a :class:`JobState`."""
+    if isinstance(state, list):
+        state = state[0] if state else None
+    if not state:
+        return JobState.UNKNOWN
+    return _STATES.get(str(state).split()[0].upper().rstrip("+"), JobState.UNKNOWN)
+
+
+def parse_slurm_time(text: str | None) -> float | None:
+    """Slurm's ``YYYY-MM-DDTHH:MM:SS`` in this machine's local time as epoch seconds (None for Unknown/None/empty)."""
+    if not text or text in ("Unknown", "None", "N/A", "(null)"):
+        return None
+    try:
+        return float(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_jobcomp_line(line: str) -> dict[str, str]:
+    """One jobcomp/filetxt line as a dict (``"JobId=3 JobState=FAILED ExitCode=3:0"`` -> ``{"JobId": "3", ...}``).
+
+    Values run to the next `` Key=`` (so values with spaces, such as ``Name``, survive).
+    """
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"(?:^|\s)([A-Za-z]+)=(.*?)(?=\s+[A-Za-z]+=|\s*$)", line)}
+
+
+def _num(value) -> int | None:
+    """An integer field of Slurm's JSON (plain in 22.05, ``{"set":..,"number":..}`` in later versions)."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set", True) and value.get("number") is not None else None
+    return int(value) if value is not None else None
+
+
+def _epoch(value) -> float | None:
+    n = _num(value)
+    return float(n) if n else None
+
+
+class SlurmScheduler(Scheduler):
+    """One Slurm site, reached through its ``slurm.conf`` (see the module docstring).
+
+    Parameters
+    ----------
+    name : str
+        The site's name (used in errors and :class:`SiteQueue`).
+    slurm_conf : path
+        The site's slurm.conf; passed as ``SLURM_CONF`` to every command.
+    timeout_s : float
+        Longest wait for one command (seconds); past it the site counts as unavailable.
+    """
+
+    def __init__(self, name: str, slurm_conf: Path | str, *, timeout_s: float = 30.0):
+        self.name = name
+        self.slurm_conf = Path(slurm_conf).expanduser()
+        self.timeout_s = float(timeout_s)
+        self._jobcomp: Path | None = None
+
+    def __repr__(self) -> str:
+        return f"SlurmScheduler({self.name!r}, {str(self.slurm_conf)!r})"
+
+    # ---- command runner
+    def _env(self) -> dict[str, str]:
+        # the site comes from SLURM_CONF alone: drop inherited SLURM_*/SBATCH_*/... variables that
+        # would change what the commands do (e.g. SBATCH_PARTITION, SLURM_CLUSTERS)
+        drop = ("SLURM_", "SBATCH_", "SQUEUE_", "SINFO_", "SCANCEL_", "SCONTROL_")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        return env
+
+    def _run(self, argv: list[str], *, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        try:
+            r = subprocess.run(argv, input=stdin, env=self._env(), capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as e:
+            raise SiteUnavailable(self.name, argv, None, f"no answer within {self.timeout_s:g} s") from e
+        except FileNotFoundError as e:
+            raise SchedulerError(self.name, argv, None, f"{argv[0]} not found: {INSTALL_HINT}") from e
+        if check and r.returncode != 0:
+            text = (r.stderr or r.stdout or "").strip()
+            cls = SiteUnavailable if _UNAVAILABLE.search(text) else SchedulerError
+            raise cls(self.name, argv, r.returncode, text)
+        return r
+
+    def _ping(self) -> None:
+        """Raise :class:`SiteUnavailable` unless the controller answers ``scontrol ping``."""
+        r = self._run(["scontrol", "ping"], check=False)
+        if r.returncode != 0 or " is UP" not in r.stdout:
+            text = (r.stdout.splitlines()[0] if r.stdout.strip() else "") or r.stderr.strip() or "controller does not answer"
+            raise SiteUnavailable(self.name, ["scontrol", "ping"], r.returncode, f"{text} (SLURM_CONF={self.slurm_conf})")
+
+    def available(self) -> bool:
+        """True if the site's controller answers (``scontrol ping``); never raises for a down site."""
+        try:
+            self._ping()
+        except SiteUnavailable:
+            return False
+        return True
+
+    def _json(self, argv: list[str]) -> dict:
+        r = self._run(argv)
+        try:
+            data = json.loads(r.stdout)
+        except ValueError as e:
+            raise SchedulerError(self.name, argv, r.returncode, f"output is not JSON ({e}): {r.stdout[:200]!r} {r.stderr}") from e
+        errors = [e for e in data.get("errors") or [] if e]
+        if errors:  # 22.05 reports a lost controller here, with exit status 0
+            self._ping()
+            text = "; ".join(f"{e.get('source', '')}: {e.get('description') or e.get('error')}" for e in errors)
+            raise SchedulerError(self.name, argv, r.returncode, text)
+        return data
+
+    # ---- script
+    def render_script(self, spec: JobSpec) -> str:
+        def q(value) -> str:
+            value = str(value)
+            return f'"{value}"' if re.search(r"\s", value) else value
+
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={spec.name}",
+            f"#SBATCH --nodes={spec.nodes}",
+            f"#SBATCH --ntasks={spec.ntasks}",
+            f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
+            f"#SBATCH --time={time_dhms(spec.walltime_s)}",
+        ]
+        if spec.partition:
+            lines.append(f"#SBATCH --partition={q(spec.partition)}")
+        if spec.account:
+            lines.append(f"#SBATCH --account={q(spec.account)}")
+        if spec.workdir is not None:
+            lines.append(f"#SBATCH --chdir={q(spec.workdir)}")
+        if spec.stdout:
+            lines.append(f"#SBATCH --output={q(spec.stdout)}")
+        lines += render_setup(self.name, spec)
+        lines.append(spec.command)
+        return "\n".join(lines) + "\n"
+
+    # ---- submission
+    def submit(self, spec: JobSpec) -> str:
+        script = self.render_script(spec)
+        self._ping()
+        r = self._run(["sbatch", "--parsable"], stdin=script)
+        job_id = r.stdout.strip().split(";")[0]
+        if not _JOB_ID.match(job_id):
+            raise SchedulerError(self.name, ["sbatch", "--parsable"], r.returncode, f"unexpected output {r.stdout!r} {r.stderr}")
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        job_id = str(job_id)
+        if not _JOB_ID.match(job_id):
+            raise SchedulerError(self.name, ["scancel", job_id], None, f"{job_id!r} is not a Slurm job id")
+        self._ping()
+        r = self._run(["scancel", job_id], check=False)
+        text = (r.stderr or "").strip()
+        if r.returncode != 0 and not re.search(r"Invalid job id|already completing or completed|Job has already finished", text, re.I):
+            cls = SiteUnavailable if _UNAVAILABLE.search(text) else SchedulerError
+            raise cls(self.name, ["scancel", job_id], r.returncode, text)
+
+    # ---- status
+    def _squeue_jobs(self) -> list[dict]:
+        return self._json(["squeue", "--json"]).get("jobs") or []
+
+    def _from_squeue(self, j: dict) -> JobStatus:
+        state = map_state(j.get("job_state"))
+        ended = state not in _ACTIVE and state != JobState.UNKNOWN
+        never_ran = ended and not j.get("nodes")  # e.g. cancelled while pending: no start, no exit code
+        reason = j.get("state_reason")
+        raw_exit = _num(j.get("exit_code"))
+        return JobStatus(
+            job_id=str(j.get("job_id")),
+            state=state,
+            name=j.get("name"),
+            reason=None if reason in (None, "", "None") else reason,
+            submit_time=_epoch(j.get("submit_time")),
+            start_time=_epoch(j.get("start_time")) if state != JobState.UNKNOWN and not never_ran else None,
+            end_time=_epoch(j.get("end_time")) if ended else None,
+            exit_code=wait_status_exit_code(raw_exit) if ended and not never_ran and raw_exit is not None else None,
+            cpus=_num(j.get("cpus")),
+            nodes=_num(j.get("node_count")),
+        )
+
+    def jobcomp_path(self) -> Path | None:
+        """The site's jobcomp/filetxt file (``JobCompLoc``), or None if the site does not write one."""
+        if self._jobcomp is None:
+            loc = comp_type = None
+            r = self._run(["scontrol", "show", "config"], check=False)
+            text = r.stdout if r.returncode == 0 else ""
+            if not text:
+                try:
+                    text = self.slurm_conf.read_text()
+                except OSError:
+                    text = ""
+            for line in text.splitlines():
+                m = re.match(r"^\s*(JobCompLoc|JobCompType)\s*=\s*(\S*)", line, re.I)
+                if m:
+                    if m.group(1).lower() == "jobcomploc":
+                        loc = m.group(2)
+                    else:
+                        comp_type = m.group(2)
+            if comp_type and "filetxt" in comp_type and loc:
+                self._jobcomp = Path(loc)
+        return self._jobcomp
+
+    def jobcomp_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """Ended jobs found in the jobcomp/filetxt file (the last line per job id wins)."""
+        path = self.jobcomp_path()
+        wanted = {str(j) for j in job_ids}
+        found: dict[str, JobStatus] = {}
+        if path is None or not wanted:
+            return found
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return found
+        for line in lines:
+            m = re.match(r"JobId=(\S+)", line)
+            if not m or m.group(1) not in wanted:
+                continue
+            rec = parse_jobcomp_line(line)
+            never_ran = rec.get("NodeCnt") == "0"
+            exit_code = None
+            if ":" in rec.get("ExitCode", "") and not never_ran:
+                code, sig = (int(x) for x in rec["ExitCode"].split(":")[:2])
+                exit_code = 128 + sig if sig else code
+            found[m.group(1)] = JobStatus(
+                job_id=m.group(1),
+                state=map_state(rec.get("JobState")),
+                name=rec.get("Name"),
+                submit_time=parse_slurm_time(rec.get("SubmitTime")),
+                start_time=None if never_ran else parse_slurm_time(rec.get("StartTime")),
+                end_time=parse_slurm_time(rec.get("EndTime")),
+                exit_code=exit_code,
+                cpus=int(rec["ProcCnt"]) if rec.get("ProcCnt", "").isdigit() else None,
+                nodes=int(rec["NodeCnt"]) if rec.get("NodeCnt", "").isdigit() else None,
+            )
+        return found
+
+    def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return {}
+        self._ping()
+        live = {str(j.get("job_id")): j for j in self._squeue_jobs()}
+        out = {i: self._from_squeue(live[i]) for i in ids if i in live}
+        missing = [i for i in ids if i not in out]
+        if missing:
+            out.update(self.jobcomp_status(missing))
+        for i in ids:
+            out.setdefault(i, JobStatus(job_id=i, state=JobState.UNKNOWN, reason="not in squeue nor in the job completion file"))
+        return {i: out[i] for i in ids}
+
+    def _nodes(self) -> list[dict]:
+        return self._json(["sinfo", "--json"]).get("nodes") or []
+
+    @staticmethod
+    def _node_state(n: dict) -> str:
+        state = n.get("state")
+        parts = state if isinstance(state, list) else [state or ""]
+        parts = parts + list(n.get("state_flags") or [])
+        return " ".join(str(p) for p in parts).lower()
+
+    def queue(self) -> SiteQueue:
+        self._ping()
+        now = time.time()
+        jobs = [s for s in (self._from_squeue(j) for j in self._squeue_jobs()) if s.state in _ACTIVE]
+        nodes = self._nodes()
+        total = sum(_num(n.get("cpus")) or 0 for n in nodes)
+        idle = sum(0 if any(w in self._node_state(n) for w in _NOT_IDLE) else (_num(n.get("idle_cpus")) or 0) for n in nodes)
+        return SiteQueue(
+            site=self.name,
+            time=now,
+            pending=sum(j.state == JobState.PENDING for j in jobs),
+            running=sum(j.state == JobState.RUNNING for j in jobs),
+            total_cpus=total,
+            idle_cpus=idle,
+            jobs=jobs,
+        )
+
+    def estimated_start(self, spec: JobSpec) -> float | None:
+        script = self.render_script(spec)
+        self._ping()
+        r = self._run(["sbatch", "--test-only"], stdin=script)
+        m = _TEST_ONLY.search(r.stderr + r.stdout)
+        return parse_slurm_time(m.group(1)) if m else None
+
+    def capabilities(self) -> Capabilities:
+        self._ping()
+        r = self._run(["sinfo", "-h", "-o", "%P"])
+        parts = [p.strip() for p in r.stdout.split() if p.strip()]
+        default = [p.rstrip("*") for p in parts if p.endswith("*")]
+        partitions = default + [p for p in dict.fromkeys(p.rstrip("*") for p in parts) if p not in default]
+        nodes = self._nodes()
+        return Capabilities(
+            scheduler="slurm",
+            partitions=partitions,
+            total_cpus=sum(_num(n.get("cpus")) or 0 for n in nodes),
+            nodes=len({n.get("name") for n in nodes}),
+            estimated_start=True,
+        )
+
+    def close(self) -> None:
+        """Nothing to release (every call is its own subprocess); present for symmetry with LocalScheduler."""
