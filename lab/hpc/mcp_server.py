@@ -13,11 +13,14 @@ comes back as a tool error whose text is the error's message. Built on the
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
+from lab import LabError
 from lab.hpc import skills
 from lab.hpc.schedulers.base import JobStatus
 from lab.hpc.transfer import TransferStatus
@@ -25,25 +28,43 @@ from lab.hpc.transfer import TransferStatus
 __all__ = ["build_server", "main"]
 
 
+def _anticipated(fn):
+    """Turn the lab's deliberate errors (a refused request, an unavailable site) into MCP tool
+    errors whose text the agent reads; anything else stays a crash."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except LabError as exc:
+            raise ToolError(str(exc)) from exc
+
+    return wrapper
+
+
 def build_server(fed: skills.Federation) -> MCPServer:
     """An MCP server exposing the six skills over ``fed``."""
     server = MCPServer("research-lab-hpc", instructions="Drive a federation of HPC sites: discover, specify, move data, submit, watch, retrieve.")
 
     @server.tool(description="List every site's partitions, limits and live queue (pending, running, idle CPUs).")
+    @_anticipated
     def discover_resources(sites: list[str] | None = None) -> skills.DiscoverResourcesOutput:
         return skills.discover_resources(fed, skills.DiscoverResourcesInput(sites=sites))
 
     @server.tool(description="Check a request against a site's policy and render its batch script; submits nothing.")
+    @_anticipated
     def specify_resources(site: str, request: skills.ResourceRequest) -> skills.SpecifyResourcesOutput:
         return skills.specify_resources(fed, skills.SpecifyResourcesInput(site=site, request=request))
 
     @server.tool(description="Copy a file to a site's data endpoint, verified by sha256.")
+    @_anticipated
     def move_data(source_endpoint: str, source_path: str, site: str, destination_path: str, wait_s: float = 600.0) -> TransferStatus:
         return skills.move_data(
             fed, skills.MoveDataInput(source_endpoint=source_endpoint, source_path=source_path, site=site, destination_path=destination_path, wait_s=wait_s)
         )
 
     @server.tool(description="Submit a job to a site, or let the placement policy choose one (earliest_completion, least_pending, fixed_site).")
+    @_anticipated
     def submit_task(
         request: skills.ResourceRequest,
         site: str | None = None,
@@ -58,10 +79,12 @@ def build_server(fed: skills.Federation) -> MCPServer:
         )
 
     @server.tool(description="A job's state (pending, running, completed, failed, cancelled, timeout).")
+    @_anticipated
     def get_status(site: str, job_id: str) -> JobStatus:
         return skills.get_status(fed, skills.GetStatusInput(site=site, job_id=job_id))
 
     @server.tool(description="A job's state, exit code and the end of its output file.")
+    @_anticipated
     def retrieve_results(site: str, job_id: str, name: str = "lab-job", max_bytes: int = 65536) -> skills.RetrieveResultsOutput:
         return skills.retrieve_results(fed, skills.RetrieveResultsInput(site=site, job_id=job_id, name=name, max_bytes=max_bytes))
 

@@ -138,6 +138,23 @@ class TestbedSite:
 
         return SlurmScheduler(self.name, self.conf, **kwargs)
 
+    def site(self):
+        """The :class:`~lab.hpc.sites.Site` description of this site (partitions as in its slurm.conf:
+        ``debug``, 1 node, 1 hour, the default; ``long``, 1 node, 1 day; data endpoint ``DIR/data``)."""
+        from lab.hpc.sites import DataEndpoint, Partition, Site
+
+        return Site(
+            name=self.name,
+            scheduler="slurm",
+            slurm_conf=self.conf,
+            description=f"local Slurm testbed site ({self.cpus} CPUs)",
+            partitions=[
+                Partition(name="debug", max_nodes=1, max_walltime_s=3600, cpus_per_node=self.cpus, default=True),
+                Partition(name="long", max_nodes=1, max_walltime_s=86400, cpus_per_node=self.cpus),
+            ],
+            data=DataEndpoint(kind="local", path=str(self.dir / "data")),
+        )
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["conf"], d["dir"] = str(self.conf), str(self.dir)
@@ -493,7 +510,25 @@ class Testbed:
             raise
         sites_out = [s.site for s in started]
         self._save(sites_out)
+        self.write_site_files(sites_out)
         return sites_out
+
+    @property
+    def sites_dir(self) -> Path:
+        """``DIR/sites``: one :class:`~lab.hpc.sites.Site` TOML file per running site (for
+        :func:`lab.hpc.sites.load_sites`, the continuation service and the MCP server)."""
+        return self.dir / "sites"
+
+    def write_site_files(self, sites: Sequence[TestbedSite]) -> Path:
+        from lab.hpc.sites import write_site
+
+        self.sites_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.sites_dir.glob("*.toml"):
+            old.unlink()
+        for site in sites:
+            (site.dir / "data").mkdir(parents=True, exist_ok=True)
+            write_site(site.site(), self.sites_dir / f"{site.name}.toml")
+        return self.sites_dir
 
     @staticmethod
     def _per_site(what: str, value, n: int) -> list[int]:
@@ -691,6 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sites = tb.up(args.names or (args.sites if args.sites is not None else 2), cpus=args.cpus, memory_mb=args.memory)
             for s in sites:
                 print(f"{s.name}\t{s.conf}\tcpus={s.cpus} memory={s.memory_mb}MB ports={s.ports['slurmctld']},{s.ports['slurmd']}")
+            print(f"# site files: {tb.sites_dir}  (python -m lab.hpc.continuation serve --sites {tb.sites_dir} --db FILE)")
             print(f"# use a site: SLURM_CONF={sites[0].conf} sinfo    |  stop all: python -m lab.hpc.testbed down --dir {tb.dir}")
             return 0
         if args.cmd == "down":
