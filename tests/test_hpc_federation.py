@@ -163,7 +163,7 @@ def test_continuations_resume_exactly_once_across_restarts(testbed, fed, tmp_pat
     events = fed.continuations.log.tail()
     for j in jobs:  # no event written twice, though the service was killed and restarted
         kinds = [e.kind for e in events if e.key == job_key(j.site, j.job_id)]
-        assert len(kinds) == len(set(kinds)) and kinds[0] == "job.started"
+        assert len(kinds) == len(set(kinds)) and kinds[:2] == ["job.submitted", "job.started"]
     resumed = [e for e in events if e.kind == "continuation.resumed"]
     assert len(resumed) == 4 and all(e.payload["latency_s"] < 5 for e in resumed)
 
@@ -227,3 +227,14 @@ def test_unavailable_site_is_skipped_and_shown(testbed, fed):
     assert found["alpha"].available and not found["beta"].available and found["beta"].error
     decision = place(JobSpec(command="true", walltime_s=60), fed.sites, fed.schedulers, "earliest_completion")
     assert decision.chosen == "alpha" and decision.candidate("beta").reason.startswith("unavailable:")
+    # The service marks the outage in the log once and goes on with the other site.
+    service = ContinuationService(fed.continuations.log.path, fed.schedulers, poll_s=0.1, queue_every_s=0.0)
+    try:
+        before = fed.continuations.log.last_seq()
+        service.poll_queues()
+        service.poll_queues()
+        new = fed.continuations.log.tail(before)
+    finally:
+        service.close()
+    assert [e.key for e in new if e.kind == "site.unavailable"] == ["beta"]
+    assert "alpha" in [e.key for e in new if e.kind == "site.queue"]

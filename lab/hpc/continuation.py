@@ -7,7 +7,8 @@ Two halves share one SQLite file, the lab's :class:`~lab.events.EventLog`:
   (:meth:`~lab.hpc.schedulers.base.Scheduler.status`) and appends one event per
   state change: ``job.started``, ``job.completed``, ``job.failed``, ``job.cancelled``,
   ``job.timeout``, and ``site.unavailable`` / ``site.available`` when a site stops or
-  starts answering. Events carry a dedupe key (``site/job/state``), so a restarted
+  starts answering, and ``site.queue`` samples of every site's queue for live
+  dashboards. Job events carry a dedupe key (``site/job/state``), so a restarted
   service never writes one twice, and watches live in the database, so none is lost.
 * :class:`Continuations` runs in the agent (the kernel). :meth:`~Continuations.register`
   stores "when job K reaches one of these states, call ``module:function``";
@@ -251,27 +252,70 @@ class ContinuationService:
         The shared database.
     schedulers : mapping of site name to Scheduler
     poll_s : float
-        Seconds between polls of each site.
+        Seconds between polls of the watched jobs.
+    queue_every_s : float or None
+        Seconds between ``site.queue`` events (each site's pending and running jobs, idle and
+        total CPUs), written only when the queue changed or ``heartbeat_s`` passed; None: off.
+        Live dashboards read them.
     """
 
-    def __init__(self, db: str | Path, schedulers: Mapping[str, Scheduler], *, poll_s: float = 0.5):
+    def __init__(
+        self,
+        db: str | Path,
+        schedulers: Mapping[str, Scheduler],
+        *,
+        poll_s: float = 0.5,
+        queue_every_s: float | None = 1.0,
+        heartbeat_s: float = 30.0,
+    ):
         self._store = _Store(db)
         self.log = self._store.log
         self.schedulers = dict(schedulers)
         self.poll_s = poll_s
+        self.queue_every_s, self.heartbeat_s = queue_every_s, heartbeat_s
         self._available = {name: True for name in self.schedulers}
+        self._last_queue: dict[str, tuple[tuple, float]] = {}
+        self._next_queue_poll = 0.0
 
     def close(self) -> None:
         self._store.close()
 
+    def _mark(self, site: str, available: bool, error: str = "") -> list[int]:
+        if self._available.get(site, True) == available:
+            return []
+        self._available[site] = available
+        return [self.log.append(site, "site.available" if available else "site.unavailable", site, {"error": error} if error else {})]
+
+    def poll_queues(self) -> list[int]:
+        """Append a ``site.queue`` event for each site whose queue changed (or whose heartbeat is due)."""
+        appended = []
+        now = time.time()
+        for site, sched in self.schedulers.items():
+            try:
+                q = sched.queue()
+            except SchedulerError as exc:
+                appended += self._mark(site, False, str(exc))
+                continue
+            appended += self._mark(site, True)
+            state = (q.pending, q.running, q.idle_cpus, q.total_cpus)
+            last = self._last_queue.get(site)
+            if last is None or last[0] != state or now - last[1] >= self.heartbeat_s:
+                payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time}
+                appended.append(self.log.append(site, "site.queue", site, payload, at=q.time))
+                self._last_queue[site] = (state, now)
+        return appended
+
     def poll_once(self) -> list[int]:
-        """Poll every site with active watches once; returns the seqs of the events appended."""
+        """Poll every site with active watches once (and the queues when due); returns the seqs appended."""
+        appended = []
+        if self.queue_every_s is not None and time.monotonic() >= self._next_queue_poll:
+            self._next_queue_poll = time.monotonic() + self.queue_every_s
+            appended += self.poll_queues()
         conn = self._store.conn
         rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
         by_site: dict[str, list[tuple[str, str]]] = {}
         for site, job_id, last in rows:
             by_site.setdefault(site, []).append((job_id, last))
-        appended = []
         for site, jobs in by_site.items():
             sched = self.schedulers.get(site)
             if sched is None:
@@ -279,13 +323,9 @@ class ContinuationService:
             try:
                 statuses = sched.status([j for j, _ in jobs])
             except SchedulerError as exc:
-                if self._available.get(site, True):
-                    self._available[site] = False
-                    appended.append(self.log.append(site, "site.unavailable", site, {"error": str(exc)}))
+                appended += self._mark(site, False, str(exc))
                 continue
-            if not self._available.get(site, True):
-                self._available[site] = True
-                appended.append(self.log.append(site, "site.available", site, {}))
+            appended += self._mark(site, True)
             for job_id, last in jobs:
                 st = statuses.get(job_id)
                 if st is None or st.state in (JobState.UNKNOWN, JobState.PENDING) or st.state.value == last:
@@ -325,11 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve")
     serve.add_argument("--sites", required=True, type=Path, help="folder of site *.toml files")
     serve.add_argument("--db", required=True, type=Path, help="the shared event/continuation database")
-    serve.add_argument("--poll-s", type=float, default=0.5)
+    serve.add_argument("--poll-s", type=float, default=0.5, help="seconds between job polls")
+    serve.add_argument("--queue-every-s", type=float, default=1.0, help="seconds between site.queue samples (0: off)")
     args = parser.parse_args(argv)
     try:
         sites = load_sites(args.sites)
-        service = ContinuationService(args.db, {name: site.connect() for name, site in sites.items()}, poll_s=args.poll_s)
+        service = ContinuationService(
+            args.db, {name: site.connect() for name, site in sites.items()}, poll_s=args.poll_s, queue_every_s=args.queue_every_s or None
+        )
     except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

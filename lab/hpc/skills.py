@@ -322,6 +322,10 @@ def submit_task(fed: Federation, inp: SubmitTaskInput) -> SubmitTaskOutput:
     if inp.idempotency_key is not None:
         fed._conn.execute("INSERT OR IGNORE INTO submissions(key, site, job_id, created) VALUES (?, ?, ?, ?)", (inp.idempotency_key, name, job_id, time.time()))
     fed.continuations.watch_job(name, job_id)
+    submitted = {"site": name, "job_id": job_id, "name": inp.request.name, "walltime_s": inp.request.walltime_s}
+    fed.continuations.log.append(name, "job.submitted", job_key(name, job_id), submitted)
+    if decision is not None:
+        fed.continuations.log.append("agent", "placement.decision", job_key(name, job_id), decision.model_dump(mode="json"))
     cid = None
     if inp.continuation is not None:
         c = inp.continuation
