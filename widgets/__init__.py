@@ -3,9 +3,12 @@
 Widgets take ``lab`` objects in and call ``lab`` methods out; they compute
 nothing themselves.
 
-* :class:`QueueDashboard` -- several HPC sites' queues replayed side by side.
+* :class:`QueueDashboard` -- several HPC sites' queues replayed side by side from traces;
+  ``QueueDashboard.live(db, sites)`` gives the live view of a running federation.
+* :class:`LiveSitesDashboard` -- that live view: queues, placement decisions and events from the event log.
 """
 
+from widgets.live_dashboard import LiveSitesDashboard
 from widgets.queue_dashboard import QueueDashboard
 
-__all__ = ["QueueDashboard"]
+__all__ = ["LiveSitesDashboard", "QueueDashboard"]

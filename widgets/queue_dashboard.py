@@ -235,6 +235,14 @@ class QueueDashboard(W.VBox):
             layout=W.Layout(overflow="auto"),
         )
 
+    @staticmethod
+    def live(db, sites, **kwargs):
+        """The live mode: a :class:`~widgets.live_dashboard.LiveSitesDashboard` following the event log
+        ``db`` of a running federation (its ``sites`` by name) instead of replaying traces."""
+        from widgets.live_dashboard import LiveSitesDashboard
+
+        return LiveSitesDashboard(db, sites, **kwargs)
+
     @property
     def elapsed_s(self) -> float:
         """Chosen time, seconds since each trace's first job."""

@@ -1,0 +1,81 @@
+"""Live view of a federation, folded from the event log (what the live dashboard shows).
+
+:class:`LiveSites` follows the lab's :class:`~lab.events.EventLog` (written by the
+continuation service and the skills) and keeps, per site, the time series of its
+queue (``site.queue`` samples: pending and running jobs, busy CPUs), whether it is
+available, the agent's placement decisions (``placement.decision``) and the job
+events as they arrive. It only reads the log, so any number of views (in the
+kernel, in a Voila dashboard) can follow one federation. Times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.events import Event, EventLog
+
+__all__ = ["LiveSites", "SiteSeries"]
+
+JOB_KINDS = ("job.submitted", "job.started", "job.completed", "job.failed", "job.cancelled", "job.timeout")
+
+
+@dataclass
+class SiteSeries:
+    """One site's queue samples (parallel lists) and availability."""
+
+    time: list[float] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    busy_cpus: list[int] = field(default_factory=list)
+    total_cpus: int | None = None
+    available: bool = True
+    error: str | None = None
+
+
+class LiveSites:
+    """Fold the event log into per-site series, decisions and recent events.
+
+    Parameters
+    ----------
+    db : path or EventLog
+        The federation's database (the continuation service's ``--db``).
+    recent : int
+        How many recent job/site events to keep for display.
+    """
+
+    def __init__(self, db: str | Path | EventLog, *, recent: int = 50):
+        self.log = db if isinstance(db, EventLog) else EventLog(db)
+        self.cursor = 0
+        self.sites: dict[str, SiteSeries] = {}
+        self.decisions: list[dict] = []
+        self.events: deque[Event] = deque(maxlen=recent)
+
+    def update(self) -> list[Event]:
+        """Read the events appended since the last call and fold them in; returns them."""
+        new = self.log.tail(self.cursor)
+        for event in new:
+            self.cursor = event.seq
+            self._fold(event)
+        return new
+
+    def _fold(self, event: Event) -> None:
+        kind, p = event.kind, event.payload
+        if kind == "site.queue":
+            s = self.sites.setdefault(event.key, SiteSeries())
+            s.time.append(p.get("time", event.time))
+            s.pending.append(p["pending"])
+            s.running.append(p["running"])
+            s.total_cpus = p["total_cpus"]
+            s.busy_cpus.append(p["total_cpus"] - p["idle_cpus"])
+            s.available, s.error = True, None
+        elif kind in ("site.unavailable", "site.available"):
+            s = self.sites.setdefault(event.key, SiteSeries())
+            s.available = kind == "site.available"
+            s.error = p.get("error")
+            self.events.append(event)
+        elif kind == "placement.decision":
+            self.decisions.append({"seq": event.seq, "job": event.key, **p})
+        elif kind in JOB_KINDS or kind.startswith("transfer.") or kind.startswith("continuation."):
+            self.events.append(event)

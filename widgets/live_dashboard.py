@@ -1,0 +1,138 @@
+"""Live sites dashboard: a federation's queues, the agent's placement decisions and job events as they arrive.
+
+A thin view over :class:`lab.hpc.live.LiveSites`, which folds the event log written
+by the continuation service and the skills. One plotly ``FigureWidget`` (a column
+per site: pending and running jobs, busy CPUs against the site's size) is
+extended in place; two HTML tables show the latest decisions (with what each site
+looked like to the policy) and the latest events. :meth:`LiveSitesDashboard.refresh`
+reads new events; :meth:`start` does it every ``interval_s`` seconds from a
+background thread of the kernel, :meth:`stop` ends that.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import ipywidgets as W
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from lab.hpc.live import LiveSites
+
+__all__ = ["LiveSitesDashboard"]
+
+_PENDING, _RUNNING, _BUSY, _TRACES_PER_SITE = 0, 1, 2, 3
+
+
+def _clock(t: float) -> str:
+    return pd.Timestamp(t, unit="s", tz="UTC").strftime("%H:%M:%S")
+
+
+class LiveSitesDashboard(W.VBox):
+    """Live queues of a federation's sites, placement decisions and job events.
+
+    Parameters
+    ----------
+    db : path
+        The federation's database (events written by ``python -m lab.hpc.continuation serve``).
+    sites : sequence of str
+        Site names, one column each.
+    width : int
+        Pixel width of each site's column.
+
+    Attributes
+    ----------
+    figure : plotly.graph_objects.FigureWidget
+    decisions, events : ipywidgets.HTML
+    live : lab.hpc.live.LiveSites
+    """
+
+    def __init__(self, db: str | Path, sites: Sequence[str], *, width: int = 300):
+        self.live = LiveSites(db)
+        self.site_names = list(sites)
+        if not self.site_names:
+            raise ValueError("LiveSitesDashboard needs at least one site")
+        n = len(self.site_names)
+        fig = make_subplots(rows=2, cols=n, shared_xaxes=True, vertical_spacing=0.12, subplot_titles=[*self.site_names, *["busy CPUs"] * n])
+        for k, _ in enumerate(self.site_names):
+            legend = k == 0
+            fig.add_scatter(x=[], y=[], mode="lines", line_shape="hv", name="pending", line=dict(color="#d62728"), showlegend=legend, row=1, col=k + 1)
+            fig.add_scatter(x=[], y=[], mode="lines", line_shape="hv", name="running", line=dict(color="#2ca02c"), showlegend=legend, row=1, col=k + 1)
+            fig.add_scatter(x=[], y=[], mode="lines", line_shape="hv", name="busy CPUs", line=dict(color="#1f77b4"), showlegend=legend, row=2, col=k + 1)
+        fig.update_layout(height=420, width=width * n, margin=dict(l=40, r=10, t=60, b=30), legend=dict(orientation="h", yanchor="bottom", y=1.08, x=0))
+        self.figure = go.FigureWidget(fig)
+        self.status = W.HTML()
+        self.decisions = W.HTML()
+        self.decisions.add_class("lab-live-decisions")
+        self.events = W.HTML()
+        self.events.add_class("lab-live-events")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        super().__init__([self.status, self.figure, W.HBox([self.decisions, self.events])])
+        self.refresh()
+
+    def refresh(self) -> int:
+        """Fold new events into the view, updating it in place; returns how many arrived."""
+        new = self.live.update()
+        if not new and self.status.value:
+            return 0
+        with self.figure.batch_update():
+            for k, name in enumerate(self.site_names):
+                s = self.live.sites.get(name)
+                if s is None:
+                    continue
+                x = [pd.Timestamp(t, unit="s", tz="UTC") for t in s.time]
+                base = k * _TRACES_PER_SITE
+                self.figure.data[base + _PENDING].update(x=x, y=s.pending)
+                self.figure.data[base + _RUNNING].update(x=x, y=s.running)
+                self.figure.data[base + _BUSY].update(x=x, y=s.busy_cpus)
+        self.status.value = " &middot; ".join(self._site_status(name) for name in self.site_names)
+        self.decisions.value = self._decisions_html()
+        self.events.value = self._events_html()
+        return len(new)
+
+    def _site_status(self, name: str) -> str:
+        s = self.live.sites.get(name)
+        if s is None:
+            return f"<b>{html.escape(name)}</b>: no sample yet"
+        if not s.available:
+            return f"<b>{html.escape(name)}</b>: <span style='color:#d62728'>unavailable</span>"
+        return f"<b>{html.escape(name)}</b>: {s.pending[-1]} pending, {s.running[-1]} running, {s.busy_cpus[-1]}/{s.total_cpus} CPUs busy"
+
+    def _decisions_html(self, last: int = 8) -> str:
+        rows = []
+        for d in self.live.decisions[-last:][::-1]:
+            seen = "; ".join(
+                f"{c['site']}: " + (f"start +{max(0.0, (c['estimated_start'] or d['time']) - d['time']):.0f} s, {c['pending']} pending" if c["eligible"] else "not eligible")
+                for c in d["candidates"]
+            )
+            rows.append({"time": _clock(d["time"]), "job": d["job"], "policy": d["policy"], "chosen": d["chosen"], "what each site showed": seen})
+        table = pd.DataFrame(rows).to_html(index=False, border=0) if rows else "<div>no placement yet</div>"
+        return "<div><b>placement decisions</b></div>" + table
+
+    def _events_html(self, last: int = 12) -> str:
+        rows = [{"time": _clock(e.time), "event": e.kind, "about": e.key} for e in list(self.live.events)[-last:][::-1]]
+        table = pd.DataFrame(rows).to_html(index=False, border=0) if rows else "<div>no event yet</div>"
+        return "<div><b>events</b></div>" + table
+
+    def start(self, interval_s: float = 1.0) -> None:
+        """Refresh every ``interval_s`` seconds from a background thread until :meth:`stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+
+        def loop():
+            while not self._stop.wait(interval_s):
+                self.refresh()
+
+        self._thread = threading.Thread(target=loop, name="lab-live-dashboard", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
