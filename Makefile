@@ -53,9 +53,10 @@ slurm:
 test: setup chromium slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: setup
+bench: setup slurm
 	@mkdir -p benchmarks/results
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.queue_replay --out benchmarks/results/queue_replay.json
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.placement --out benchmarks/results/placement.json
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache test-artifacts

@@ -9,20 +9,23 @@ placement replay needs:
     submit times are start times).
 :class:`SiteTimeline`
     The machine's busy-processor step profile from the jobs' real (or simulated)
-    starts and ends; :meth:`~SiteTimeline.probe_start` inserts a probe job into
+    starts and ends, with downtimes inferred from the log (nothing running while
+    jobs wait); :meth:`~SiteTimeline.probe_start` inserts a probe job into
     that real schedule without delaying any background job (the ground truth of
     when a probe submitted at ``t`` could have run); :meth:`~SiteTimeline.observe`
     is everything a placement policy may see at ``t``: pending jobs (processors,
     requested walltimes), running jobs (start, processors, requested walltimes,
-    but not their ends), busy and free processors, and telemetry of jobs that
-    had ended before ``t``.
+    but not their ends), busy and free processors, whether the site is down, and
+    :class:`Telemetry` of the past (run/requested ratios and waits of ended jobs,
+    the arrival stream, the recorded busy profile before ``t``).
 :class:`QueuePredictor`
     A start-time predictor that sees only an observation: running jobs end after
-    their requested walltime times the site's median run/requested ratio, the
-    pending jobs are planned in FCFS order with conservative-backfill
-    reservations of that expected length, and the probe takes the earliest hole
-    left. It is calibrated from the site's past telemetry; it never looks at the
-    trace's real starts or ends of unfinished jobs.
+    their requested walltime times the site's median run/requested ratio (or its
+    median given how long they have already run), the pending jobs are planned
+    in FCFS order with conservative-backfill reservations of that expected
+    length, and the probe takes the earliest hole left. It is calibrated from the
+    site's past telemetry; it never looks at the trace's real starts or ends of
+    unfinished jobs.
 :func:`earliest_fit`
     The shared primitive: the earliest time at or after ``t`` from which a step
     profile stays "ok" for ``duration`` seconds.
