@@ -213,7 +213,7 @@ def test_mcp_server_over_stdio(testbed, fed, tmp_path):
             return tools, found, submitted, refused
 
     tools, found, submitted, refused = asyncio.run(asyncio.wait_for(session(), 120))
-    assert tools == ["discover_resources", "get_status", "move_data", "retrieve_results", "specify_resources", "submit_task"]
+    assert tools == ["choose_site", "discover_resources", "get_status", "move_data", "retrieve_results", "specify_resources", "submit_task"]
     sites = {s["name"]: s["available"] for s in found.structured_content["sites"]}
     assert sites == {"alpha": True, "beta": True}
     assert not submitted.is_error and submitted.structured_content["site"] in ("alpha", "beta")

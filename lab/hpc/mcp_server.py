@@ -3,8 +3,8 @@
     python -m lab.hpc.mcp_server --sites DIR --db FILE --workdir DIR     # stdio transport
 
 Tools (one per skill of :mod:`lab.hpc.skills`, with the same pydantic input and
-output schemas): ``discover_resources``, ``specify_resources``, ``move_data``,
-``submit_task``, ``get_status``, ``retrieve_results``. A refused request
+output schemas): ``discover_resources``, ``specify_resources``, ``choose_site``,
+``move_data``, ``submit_task``, ``get_status``, ``retrieve_results``. A refused request
 (:class:`~lab.hpc.errors.PolicyViolation`) or any other :class:`lab.LabError`
 comes back as a tool error whose text is the error's message. Built on the
 ``mcp`` Python SDK's ``MCPServer``.
@@ -22,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from lab import LabError
 from lab.hpc import skills
+from lab.hpc.placement import PlacementDecision
 from lab.hpc.schedulers.base import JobStatus
 from lab.hpc.transfer import TransferStatus
 
@@ -43,7 +44,7 @@ def _anticipated(fn):
 
 
 def build_server(fed: skills.Federation) -> MCPServer:
-    """An MCP server exposing the six skills over ``fed``."""
+    """An MCP server exposing the skills over ``fed``."""
     server = MCPServer("research-lab-hpc", instructions="Drive a federation of HPC sites: discover, specify, move data, submit, watch, retrieve.")
 
     @server.tool(description="List every site's partitions, limits and live queue (pending, running, idle CPUs).")
@@ -55,6 +56,11 @@ def build_server(fed: skills.Federation) -> MCPServer:
     @_anticipated
     def specify_resources(site: str, request: skills.ResourceRequest) -> skills.SpecifyResourcesOutput:
         return skills.specify_resources(fed, skills.SpecifyResourcesInput(site=site, request=request))
+
+    @server.tool(description="Where a placement policy would run a request now, with what every site showed.")
+    @_anticipated
+    def choose_site(request: skills.ResourceRequest, policy: str = "earliest_completion", home: str | None = None, input_bytes: int = 0) -> PlacementDecision:
+        return skills.choose_site(fed, skills.ChooseSiteInput(request=request, policy=policy, home=home, input_bytes=input_bytes))
 
     @server.tool(description="Copy a file to a site's data endpoint, verified by sha256.")
     @_anticipated

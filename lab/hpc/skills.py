@@ -7,6 +7,7 @@ output are pydantic models, so an agent (or the MCP server in
 =====================  ===========================================================
 ``discover_resources``  every site's partitions, limits and live queue (unavailable sites say why)
 ``specify_resources``   a site-independent request -> that site's checked spec and batch script
+``choose_site``         the placement policy's choice, with what every site showed (logged)
 ``move_data``           copy input to a site's data endpoint (sha256-verified, resumable)
 ``submit_task``         check, place (or use the given site), submit; optionally register a continuation
 ``get_status``          one job's state
@@ -20,13 +21,14 @@ A request a site does not allow is refused before anything is submitted
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lab.hpc.continuation import DECISION_EVENTS, Continuations, job_key
+from lab.hpc.continuation import DECISION_EVENTS, Continuations, _resolve, job_key
 from lab.hpc.errors import HPCError, SchedulerError
 from lab.hpc.placement import PlacementDecision, PolicyName, place
 from lab.hpc.schedulers.base import JobSpec, JobState, JobStatus, Scheduler
@@ -42,6 +44,7 @@ __all__ = [
     "SpecifyResourcesInput",
     "SpecifyResourcesOutput",
     "MoveDataInput",
+    "ChooseSiteInput",
     "SubmitTaskInput",
     "SubmitTaskOutput",
     "ContinuationSpec",
@@ -51,6 +54,7 @@ __all__ = [
     "discover_resources",
     "specify_resources",
     "move_data",
+    "choose_site",
     "submit_task",
     "get_status",
     "retrieve_results",
@@ -183,7 +187,17 @@ class MoveDataInput(BaseModel):
     wait_s: float = Field(600.0, ge=0, description="seconds to wait for completion (0: return at once)")
 
 
+class ChooseSiteInput(BaseModel):
+    request: ResourceRequest
+    policy: PolicyName = "earliest_completion"
+    home: str | None = Field(None, description="the site fixed_site always picks")
+    input_bytes: int = Field(0, ge=0, description="bytes of input to move to the chosen site")
+
+
 class ContinuationSpec(BaseModel):
+    """A continuation for the submitted job. A handler with a ``stdout`` parameter also receives
+    the job's output file (unless ``args`` sets it)."""
+
     handler: str = Field(description="'package.module:function' called as handler(event, continuation, **args)")
     on: list[str] = Field(default_factory=lambda: list(DECISION_EVENTS))
     args: dict[str, Any] = Field(default_factory=dict)
@@ -263,6 +277,19 @@ def specify_resources(fed: Federation, inp: SpecifyResourcesInput) -> SpecifyRes
     return SpecifyResourcesOutput(site=inp.site, spec=spec, script=fed.scheduler(inp.site).render_script(spec))
 
 
+def choose_site(fed: Federation, inp: ChooseSiteInput) -> PlacementDecision:
+    """Where the placement policy would run ``request`` now (moving ``input_bytes`` there first).
+
+    The decision, with every site's live state and estimates, is appended to the event log
+    (``placement.decision``) for dashboards and audit. Raises
+    :class:`~lab.hpc.placement.PlacementError` when no site can take the job.
+    """
+    transfer_s = {n: fed.transfer.estimate_s(inp.input_bytes) if inp.input_bytes else 0.0 for n in fed.sites}
+    decision = place(inp.request.spec(), fed.sites, fed.schedulers, inp.policy, home=inp.home, transfer_s=transfer_s)
+    fed.continuations.log.append("agent", "placement.decision", f"decision/{inp.request.name}", decision.model_dump(mode="json"))
+    return decision
+
+
 def move_data(fed: Federation, inp: MoveDataInput) -> TransferStatus:
     """Copy ``source_path`` to ``destination_path`` under the site's data endpoint, verified by sha256.
 
@@ -309,8 +336,7 @@ def submit_task(fed: Federation, inp: SubmitTaskInput) -> SubmitTaskOutput:
     decision = None
     name = inp.site
     if name is None:
-        transfer_s = {n: fed.transfer.estimate_s(inp.input_bytes) if inp.input_bytes else 0.0 for n in fed.sites}
-        decision = place(inp.request.spec(), fed.sites, fed.schedulers, inp.policy, home=inp.home, transfer_s=transfer_s)
+        decision = choose_site(fed, ChooseSiteInput(request=inp.request, policy=inp.policy, home=inp.home, input_bytes=inp.input_bytes))
         name = decision.chosen
     site = fed.site(name)
     workdir = fed.workdir / name
@@ -324,15 +350,15 @@ def submit_task(fed: Federation, inp: SubmitTaskInput) -> SubmitTaskOutput:
     fed.continuations.watch_job(name, job_id)
     submitted = {"site": name, "job_id": job_id, "name": inp.request.name, "walltime_s": inp.request.walltime_s}
     fed.continuations.log.append(name, "job.submitted", job_key(name, job_id), submitted)
-    if decision is not None:
-        fed.continuations.log.append("agent", "placement.decision", job_key(name, job_id), decision.model_dump(mode="json"))
+    stdout = str(_stdout(fed, name, inp.request.name, job_id))
     cid = None
     if inp.continuation is not None:
         c = inp.continuation
-        cid = fed.continuations.register(job_key(name, job_id), c.handler, on=tuple(c.on), args=c.args)
-    return SubmitTaskOutput(
-        site=name, job_id=job_id, script=script, stdout=str(_stdout(fed, name, inp.request.name, job_id)), decision=decision, continuation_id=cid
-    )
+        args = dict(c.args)
+        if "stdout" in inspect.signature(_resolve(c.handler)).parameters:
+            args.setdefault("stdout", stdout)  # the job's output file, known only now
+        cid = fed.continuations.register(job_key(name, job_id), c.handler, on=tuple(c.on), args=args)
+    return SubmitTaskOutput(site=name, job_id=job_id, script=script, stdout=stdout, decision=decision, continuation_id=cid)
 
 
 def get_status(fed: Federation, inp: GetStatusInput) -> JobStatus:
