@@ -81,8 +81,23 @@ def background_jobs(trace_name: str, cpus: int, start_offset_s: float, duration_
     return out
 
 
-def run_live(*, rounds: int = 13, period_s: float = 8.0, warmup_s: float = 20.0, compress: float = 1800.0, seed: int = 0, workdir: Path | None = None) -> dict:
-    """Run the live comparison; returns the ``live`` JSON object (see the module docstring)."""
+def run_live(
+    *,
+    rounds: int = 13,
+    period_s: float = 8.0,
+    warmup_s: float = 20.0,
+    compress: float = 1800.0,
+    drain_timeout_s: float = 300.0,
+    seed: int = 0,
+    workdir: Path | None = None,
+) -> dict:
+    """Run the live comparison; returns the ``live`` JSON object (see the module docstring).
+
+    ``rounds`` probe rounds every ``period_s`` seconds after ``warmup_s`` seconds of background
+    load; ``compress`` trace seconds per real second; rounds whose four probes have not all
+    finished ``drain_timeout_s`` seconds after the last round are left out (``rounds`` counts
+    the complete ones). Raises :class:`lab.hpc.testbed.TestbedError` without Slurm.
+    """
     rng = np.random.default_rng(seed)
     base = Path(workdir or tempfile.mkdtemp(prefix="labpl", dir="/tmp"))
     tb = Testbed(base / "tb", timeout_s=60)
@@ -145,7 +160,7 @@ def run_live(*, rounds: int = 13, period_s: float = 8.0, warmup_s: float = 20.0,
             while time.time() < next_round:
                 fed.continuations.resume_ready()
                 time.sleep(0.1)
-        deadline = time.time() + 300
+        deadline = time.time() + drain_timeout_s
         while time.time() < deadline and fed.continuations.waiting():
             fed.continuations.resume_ready()
             time.sleep(0.1)
