@@ -1,27 +1,45 @@
-"""Federated HPC facet: SWF workload traces, queue replay, (later) sites, schedulers, placement, transfer.
+"""Federated HPC facet: workload traces, queue replay, sites, schedulers, placement, data movement, continuation.
 
 Submodules
 ----------
-swf
-    Standard Workload Format reader/writer (:func:`~lab.hpc.swf.read_swf`).
-queue
-    Vectorized replay of a trace's queue state (:class:`~lab.hpc.queue.QueueReplay`).
+swf, queue
+    Standard Workload Format traces (:func:`~lab.hpc.swf.read_swf`) and their vectorized queue
+    replay (:class:`~lab.hpc.queue.QueueReplay`).
+sites, schedulers, testbed
+    Typed site descriptions (:class:`~lab.hpc.sites.Site`), scheduler adapters behind one interface
+    (Slurm through its CLI, a local subprocess scheduler), and real local Slurm sites for tests and demos.
+skills, mcp_server
+    The agent's typed skills over a :class:`~lab.hpc.skills.Federation`, also served over MCP.
+placement, transfer, continuation, live
+    Site choice from live queues, verified data movement (local, Globus), the event-driven
+    continuation service, and the live view the dashboard shows.
+sim
+    Trace-driven site models (EASY backfill, probe insertion, start-time predictor) for the placement benchmark.
 errors
     :class:`~lab.hpc.errors.HPCError` and its subclasses.
 """
 
-from lab.hpc.errors import HPCError, ReplayError, SWFError
+from lab.hpc.errors import HPCError, PolicyViolation, ReplayError, SchedulerError, SiteError, SiteUnavailable, SWFError, TransferError
 from lab.hpc.queue import QueueReplay, QueueSnapshot
+from lab.hpc.sites import Site, load_site, load_sites
 from lab.hpc.swf import SWFHeader, SWFTrace, load_trace, parse_swf, read_swf, write_swf
 
 __all__ = [
     "HPCError",
+    "PolicyViolation",
     "ReplayError",
+    "SchedulerError",
+    "SiteError",
+    "SiteUnavailable",
     "SWFError",
+    "TransferError",
     "SWFHeader",
     "SWFTrace",
     "QueueReplay",
     "QueueSnapshot",
+    "Site",
+    "load_site",
+    "load_sites",
     "load_trace",
     "parse_swf",
     "read_swf",
