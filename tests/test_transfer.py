@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import threading
 from pathlib import Path
@@ -445,3 +446,29 @@ def test_globus_run_raises_on_failure(tc):
     with pytest.raises(TransferError, match="checksum verification failed") as info:
         GlobusTransfer(tc, sleep=lambda s: None).run(_globus_request(), timeout_s=5, poll_s=0)
     assert info.value.status.task_id == task_id and info.value.status.state is TransferState.FAILED
+
+
+def test_continuation_service_reports_a_watched_transfer_once(tmp_path):
+    """A transfer's end reaches the event log through the service, exactly once, and resumes a continuation."""
+    from lab.hpc.continuation import ContinuationService, Continuations, transfer_key
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "in.bin").write_bytes(os.urandom(256 * 1024))
+    db = tmp_path / "lab.db"
+    with LocalTransfer() as backend:
+        agent = Continuations(db)
+        service = ContinuationService(db, {}, transfer=backend, queue_every_s=None)
+        task = backend.submit(TransferRequest(source_endpoint=str(src), destination_endpoint=str(dst), items=[("in.bin", "in.bin")]))
+        agent.watch_transfer("alpha", task)
+        agent.watch_transfer("alpha", task)  # idempotent
+        cid = agent.register(transfer_key(task), "tests.continuation_handlers:record", args={"path": str(tmp_path / "calls.txt")})
+        backend.wait(task, timeout_s=30, poll_s=0.01)
+        service.poll_once()
+        service.poll_once()  # nothing new the second time
+        assert [e.kind for e in agent.log.tail(key=transfer_key(task))] == ["transfer.succeeded"]
+        assert [r.id for r in agent.resume_ready()] == [cid] and agent.resume_ready() == []
+        assert agent.get(cid).result["kind"] == "transfer.succeeded"
+        service.close()
+        agent.close()

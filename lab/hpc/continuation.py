@@ -6,7 +6,9 @@ Two halves share one SQLite file, the lab's :class:`~lab.events.EventLog`:
   runs outside the kernel. It polls every watched job on every site
   (:meth:`~lab.hpc.schedulers.base.Scheduler.status`) and appends one event per
   state change: ``job.started``, ``job.completed``, ``job.failed``, ``job.cancelled``,
-  ``job.timeout``, and ``site.unavailable`` / ``site.available`` when a site stops or
+  ``job.timeout``; for watched transfer tasks (with a backend that can poll them from this
+  process, e.g. Globus) ``transfer.succeeded`` / ``transfer.failed``; ``site.unavailable`` /
+  ``site.available`` when a site stops or
   starts answering, and ``site.queue`` samples of every site's queue for live
   dashboards. Job events carry a dedupe key (``site/job/state``), so a restarted
   service never writes one twice, and watches live in the database, so none is lost.
@@ -63,6 +65,9 @@ CREATE TABLE IF NOT EXISTS watches (
     active INTEGER NOT NULL DEFAULT 1, created REAL NOT NULL,
     PRIMARY KEY (site, job_id)
 );
+CREATE TABLE IF NOT EXISTS transfer_watches (
+    task_id TEXT PRIMARY KEY, site TEXT NOT NULL, active INTEGER NOT NULL DEFAULT 1, created REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS continuations (
     id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, kinds TEXT NOT NULL, handler TEXT NOT NULL,
     args TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'waiting', created REAL NOT NULL,
@@ -79,6 +84,18 @@ class ContinuationError(HPCError):
 def job_key(site: str, job_id: str) -> str:
     """The event key of a job: ``"site/job_id"``."""
     return f"{site}/{job_id}"
+
+
+def transfer_key(task_id: str) -> str:
+    """The event key of a transfer task: ``"transfer/task_id"``."""
+    return f"transfer/{task_id}"
+
+
+def transfer_event(status) -> str | None:
+    """``transfer.succeeded`` / ``transfer.failed`` for a finished :class:`~lab.hpc.transfer.TransferStatus`, else None."""
+    if status.ok:
+        return "transfer.succeeded"
+    return "transfer.failed" if status.done else None
 
 
 @dataclass(frozen=True)
@@ -137,6 +154,11 @@ class Continuations:
     def watch_job(self, site: str, job_id: str) -> None:
         """Ask the service to watch a job (idempotent)."""
         self._store.conn.execute("INSERT OR IGNORE INTO watches(site, job_id, created) VALUES (?, ?, ?)", (site, str(job_id), time.time()))
+
+    def watch_transfer(self, site: str, task_id: str) -> None:
+        """Ask the service to watch a transfer task to ``site`` (idempotent); its end arrives as
+        ``transfer.succeeded`` / ``transfer.failed`` with key :func:`transfer_key`."""
+        self._store.conn.execute("INSERT OR IGNORE INTO transfer_watches(task_id, site, created) VALUES (?, ?, ?)", (str(task_id), site, time.time()))
 
     def register(self, key: str, handler: str, *, on: tuple[str, ...] = DECISION_EVENTS, args: Mapping[str, Any] | None = None) -> int:
         """Store a continuation: when an event of one of the kinds ``on`` arrives for ``key``,
@@ -251,8 +273,12 @@ class ContinuationService:
     db : path
         The shared database.
     schedulers : mapping of site name to Scheduler
+    transfer : TransferBackend, optional
+        Where watched transfer tasks are polled (e.g. a :class:`~lab.hpc.transfer.GlobusTransfer`,
+        whose task ids any process can poll; a :class:`~lab.hpc.transfer.LocalTransfer` only knows
+        the tasks of its own process).
     poll_s : float
-        Seconds between polls of the watched jobs.
+        Seconds between polls of the watched jobs and transfers.
     queue_every_s : float or None
         Seconds between ``site.queue`` events (each site's pending and running jobs, idle and
         total CPUs), written only when the queue changed or ``heartbeat_s`` passed; None: off.
@@ -264,6 +290,7 @@ class ContinuationService:
         db: str | Path,
         schedulers: Mapping[str, Scheduler],
         *,
+        transfer=None,
         poll_s: float = 0.5,
         queue_every_s: float | None = 1.0,
         heartbeat_s: float = 30.0,
@@ -271,6 +298,7 @@ class ContinuationService:
         self._store = _Store(db)
         self.log = self._store.log
         self.schedulers = dict(schedulers)
+        self.transfer = transfer
         self.poll_s = poll_s
         self.queue_every_s, self.heartbeat_s = queue_every_s, heartbeat_s
         self._available = {name: True for name in self.schedulers}
@@ -305,12 +333,33 @@ class ContinuationService:
                 self._last_queue[site] = (state, now)
         return appended
 
+    def poll_transfers(self) -> list[int]:
+        """Append ``transfer.succeeded`` / ``transfer.failed`` for watched transfer tasks that ended."""
+        if self.transfer is None:
+            return []
+        conn, appended = self._store.conn, []
+        for task_id, site in conn.execute("SELECT task_id, site FROM transfer_watches WHERE active = 1").fetchall():
+            try:
+                status = self.transfer.status(task_id)
+            except HPCError as exc:  # unknown task or service error: report once, stop watching
+                status, kind = None, "transfer.failed"
+                payload = {"task_id": task_id, "error": str(exc)}
+            else:
+                kind = transfer_event(status)
+                payload = status.model_dump(mode="json") if kind else None
+            if kind is None:
+                continue
+            appended.append(self.log.append(site, kind, transfer_key(task_id), payload, dedupe=f"{transfer_key(task_id)}/{kind}"))
+            conn.execute("UPDATE transfer_watches SET active = 0 WHERE task_id = ?", (task_id,))
+        return appended
+
     def poll_once(self) -> list[int]:
         """Poll every site with active watches once (and the queues when due); returns the seqs appended."""
         appended = []
         if self.queue_every_s is not None and time.monotonic() >= self._next_queue_poll:
             self._next_queue_poll = time.monotonic() + self.queue_every_s
             appended += self.poll_queues()
+        appended += self.poll_transfers()
         conn = self._store.conn
         rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
         by_site: dict[str, list[tuple[str, str]]] = {}

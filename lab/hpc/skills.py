@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lab.hpc.continuation import DECISION_EVENTS, Continuations, _resolve, job_key
+from lab.hpc.continuation import DECISION_EVENTS, Continuations, _resolve, job_key, transfer_event, transfer_key
 from lab.hpc.errors import HPCError, SchedulerError
 from lab.hpc.placement import PlacementDecision, PolicyName, place
 from lab.hpc.schedulers.base import JobSpec, JobState, JobStatus, Scheduler
@@ -293,6 +293,10 @@ def choose_site(fed: Federation, inp: ChooseSiteInput) -> PlacementDecision:
 def move_data(fed: Federation, inp: MoveDataInput) -> TransferStatus:
     """Copy ``source_path`` to ``destination_path`` under the site's data endpoint, verified by sha256.
 
+    Waits up to ``wait_s`` seconds; the task is also watched by the continuation service, and its
+    end becomes a ``transfer.succeeded`` / ``transfer.failed`` event with key ``transfer/<task id>``
+    (register a continuation on that key to resume when the data is there).
+
     Raises :class:`~lab.hpc.errors.TransferError` for a missing source or a bad endpoint.
     """
     site = fed.site(inp.site)
@@ -304,12 +308,12 @@ def move_data(fed: Federation, inp: MoveDataInput) -> TransferStatus:
         label=f"to {inp.site}",
     )
     task = fed.transfer.submit(request)
-    if inp.wait_s == 0:
-        return fed.transfer.status(task)
-    status = fed.transfer.wait(task, timeout_s=inp.wait_s, poll_s=0.05)
-    kind = "transfer.succeeded" if status.ok else ("transfer.failed" if status.done else None)
-    if kind:
-        fed.continuations.log.append(inp.site, kind, f"transfer/{task}", status.model_dump(mode="json"), dedupe=f"transfer/{task}/{kind}")
+    fed.continuations.watch_transfer(inp.site, task)  # the service reports its end (a continuation may wait on it)
+    status = fed.transfer.status(task) if inp.wait_s == 0 else fed.transfer.wait(task, timeout_s=inp.wait_s, poll_s=0.05)
+    kind = transfer_event(status)
+    if kind:  # seen here first: record it now (the service's report of the same end is deduplicated)
+        key = transfer_key(task)
+        fed.continuations.log.append(inp.site, kind, key, status.model_dump(mode="json"), dedupe=f"{key}/{kind}")
     return status
 
 
