@@ -1,0 +1,363 @@
+"""The typed execution graph of agent runs (execution provenance), stored in SQLite.
+
+Nodes are **agents** (principals), **sources** (tool results, documents), **memories**,
+**claims** and **actions**; edges carry one of seven relations, read as
+``src <relation> dst``:
+
+==================== =================================================== ===================
+relation             meaning                                             lineage (ancestor)
+==================== =================================================== ===================
+``derived_from``     a memory/claim was derived from a source/memory      ``dst``
+``supports``         evidence supports a claim or an action               ``src``
+``used``             an action used a record                              ``dst``
+``generated``        an action generated a record                         ``src``
+``attributed_to``    a record is attributed to an agent                   (none)
+``acted_on_behalf_of`` an agent acted for another                         (none)
+``invalidated_by``   a record was invalidated by an action or record      (none)
+==================== =================================================== ===================
+
+(the execution-provenance survey's relations, arXiv 2608, and MAP-Graph's lineage edges;
+W3C PROV-DM's ``wasDerivedFrom``, ``used``, ``wasGeneratedBy``, ``wasAttributedTo``,
+``actedOnBehalfOf``, ``wasInvalidatedBy``.) *Lineage* is the derivation order the
+relations imply, stored in its own indexed table so that ancestry and descendant
+queries are single recursive SQL queries.
+
+Every node carries its time (epoch seconds), owner agent, permission ``labels``
+(scopes that may read it; empty = public), ``trust`` in [0, 1] and validity. The store
+is **append-only**: a change to a node writes a new version (:meth:`ProvenanceGraph.history`
+lists them), edges are never removed, and SQLite triggers refuse updates or deletes of
+history. One SQLite file per store (WAL); :meth:`ProvenanceGraph.transaction` makes a
+batch all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, UnknownNodeError
+
+__all__ = ["NodeType", "Relation", "LINEAGE", "Node", "Edge", "ProvenanceGraph"]
+
+
+class NodeType(str, Enum):
+    AGENT = "agent"
+    SOURCE = "source"
+    MEMORY = "memory"
+    CLAIM = "claim"
+    ACTION = "action"
+
+
+class Relation(str, Enum):
+    DERIVED_FROM = "derived_from"
+    SUPPORTS = "supports"
+    USED = "used"
+    GENERATED = "generated"
+    ATTRIBUTED_TO = "attributed_to"
+    ACTED_ON_BEHALF_OF = "acted_on_behalf_of"
+    INVALIDATED_BY = "invalidated_by"
+
+
+#: For relations that imply derivation order: which endpoint is the ancestor.
+LINEAGE: dict[Relation, str] = {Relation.DERIVED_FROM: "dst", Relation.USED: "dst", Relation.SUPPORTS: "src", Relation.GENERATED: "src"}
+
+_RECORDS = {NodeType.SOURCE, NodeType.MEMORY, NodeType.CLAIM}
+#: Node types each relation may connect (src types, dst types).
+ALLOWED: dict[Relation, tuple[set[NodeType], set[NodeType]]] = {
+    Relation.DERIVED_FROM: ({NodeType.MEMORY, NodeType.CLAIM, NodeType.SOURCE}, _RECORDS),
+    Relation.SUPPORTS: (_RECORDS, {NodeType.CLAIM, NodeType.ACTION, NodeType.MEMORY}),
+    Relation.USED: ({NodeType.ACTION}, _RECORDS),
+    Relation.GENERATED: ({NodeType.ACTION}, _RECORDS),
+    Relation.ATTRIBUTED_TO: (_RECORDS | {NodeType.ACTION}, {NodeType.AGENT}),
+    Relation.ACTED_ON_BEHALF_OF: ({NodeType.AGENT}, {NodeType.AGENT}),
+    Relation.INVALIDATED_BY: (_RECORDS, _RECORDS | {NodeType.ACTION}),
+}
+
+
+class Node(BaseModel):
+    """A node of the execution graph.
+
+    ``labels``: the scopes allowed to read the record (empty: anyone); ``trust``: the record's own
+    trust in [0, 1] (a source's reliability); ``time``: epoch seconds; ``run``: the agent run it
+    belongs to; ``attributes``: anything else (tool name, arguments, message index...).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1)
+    type: NodeType
+    text: str = ""
+    time: float = 0.0
+    owner: str | None = None
+    labels: frozenset[str] = frozenset()
+    trust: float = Field(1.0, ge=0.0, le=1.0)
+    valid: bool = True
+    run: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class Edge(BaseModel):
+    """``src <relation> dst`` at ``time`` (epoch seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    src: str
+    dst: str
+    relation: Relation
+    time: float = 0.0
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS node_versions (
+    id TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL,
+    written REAL NOT NULL, reason TEXT, PRIMARY KEY (id, version)
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    id TEXT PRIMARY KEY, version INTEGER NOT NULL, type TEXT NOT NULL, run TEXT, owner TEXT, body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS nodes_type ON nodes(type);
+CREATE INDEX IF NOT EXISTS nodes_run ON nodes(run);
+CREATE TABLE IF NOT EXISTS edges (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, src TEXT NOT NULL, dst TEXT NOT NULL, relation TEXT NOT NULL,
+    time REAL NOT NULL, attributes TEXT NOT NULL, UNIQUE (src, dst, relation)
+);
+CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
+CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
+CREATE TABLE IF NOT EXISTS lineage (child TEXT NOT NULL, parent TEXT NOT NULL, relation TEXT NOT NULL, PRIMARY KEY (child, parent, relation));
+CREATE INDEX IF NOT EXISTS lineage_parent ON lineage(parent);
+CREATE TRIGGER IF NOT EXISTS node_versions_no_update BEFORE UPDATE ON node_versions BEGIN SELECT RAISE(ABORT, 'history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS node_versions_no_delete BEFORE DELETE ON node_versions BEGIN SELECT RAISE(ABORT, 'history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS edges_no_update BEFORE UPDATE ON edges BEGIN SELECT RAISE(ABORT, 'edges are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS edges_no_delete BEFORE DELETE ON edges BEGIN SELECT RAISE(ABORT, 'edges are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS nodes_no_delete BEFORE DELETE ON nodes BEGIN SELECT RAISE(ABORT, 'nodes are never deleted: invalidate them'); END;
+"""
+
+
+def _body(node: Node) -> str:
+    return node.model_dump_json()
+
+
+def _node(body: str) -> Node:
+    return Node.model_validate_json(body)
+
+
+class ProvenanceGraph:
+    """An append-only execution graph in one SQLite file (``":memory:"`` for a throwaway one).
+
+    Raises
+    ------
+    DuplicateNodeError, UnknownNodeError, GraphIntegrityError
+        As documented per method; a failed write inside :meth:`transaction` rolls the whole batch back.
+    """
+
+    def __init__(self, path: str | Path = ":memory:"):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.executescript(_SCHEMA)
+        self._depth = 0
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> ProvenanceGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[ProvenanceGraph]:
+        """All writes inside commit together or not at all (nested uses join the outer one)."""
+        if self._depth == 0:
+            self._conn.execute("BEGIN IMMEDIATE")
+        self._depth += 1
+        try:
+            yield self
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self._conn.execute("ROLLBACK")
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            self._conn.execute("COMMIT")
+
+    # -- writes
+
+    def add_node(self, node: Node) -> Node:
+        """Add a new node. Raises :class:`DuplicateNodeError` if the id exists."""
+        with self.transaction():
+            if self._conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node.id,)).fetchone():
+                raise DuplicateNodeError(f"node {node.id!r} exists already; use update_node to change it")
+            body = _body(node)
+            self._conn.execute("INSERT INTO node_versions VALUES (?, 1, ?, ?, ?, 'created')", (node.id, node.type.value, body, time.time()))
+            self._conn.execute("INSERT INTO nodes VALUES (?, 1, ?, ?, ?, ?)", (node.id, node.type.value, node.run, node.owner, body))
+        return node
+
+    def add_nodes(self, nodes: Iterable[Node]) -> None:
+        with self.transaction():
+            for node in nodes:
+                self.add_node(node)
+
+    def add_edge(self, edge: Edge) -> Edge:
+        """Add an edge (idempotent for the same src, dst and relation).
+
+        Raises :class:`GraphIntegrityError` if an endpoint is missing or the relation does not
+        connect those node types (:data:`ALLOWED`).
+        """
+        src, dst = self._type(edge.src), self._type(edge.dst)
+        allowed_src, allowed_dst = ALLOWED[edge.relation]
+        if src not in allowed_src or dst not in allowed_dst:
+            raise GraphIntegrityError(
+                f"{edge.relation.value} cannot connect {src.value} {edge.src!r} to {dst.value} {edge.dst!r} "
+                f"(allowed: {sorted(t.value for t in allowed_src)} -> {sorted(t.value for t in allowed_dst)})"
+            )
+        with self.transaction():
+            self._conn.execute(
+                "INSERT OR IGNORE INTO edges(src, dst, relation, time, attributes) VALUES (?, ?, ?, ?, ?)",
+                (edge.src, edge.dst, edge.relation.value, edge.time, json.dumps(edge.attributes, sort_keys=True)),
+            )
+            side = LINEAGE.get(edge.relation)
+            if side is not None:
+                parent, child = (edge.dst, edge.src) if side == "dst" else (edge.src, edge.dst)
+                self._conn.execute("INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", (child, parent, edge.relation.value))
+        return edge
+
+    def add_edges(self, edges: Iterable[Edge]) -> None:
+        with self.transaction():
+            for edge in edges:
+                self.add_edge(edge)
+
+    def update_node(self, node_id: str, *, reason: str, **changes: Any) -> Node:
+        """Write a new version of a node with ``changes`` (e.g. ``trust=0.2``, ``labels=...``); the old
+        versions stay in :meth:`history`. Raises :class:`UnknownNodeError`."""
+        with self.transaction():
+            row = self._conn.execute("SELECT version, body FROM nodes WHERE id = ?", (node_id,)).fetchone()
+            if row is None:
+                raise UnknownNodeError(f"no node {node_id!r}")
+            if "id" in changes or "type" in changes:
+                raise GraphIntegrityError("a node's id and type never change")
+            new = _node(row[1]).model_copy(update=changes)
+            new = Node.model_validate(new.model_dump())  # validate the changed fields
+            version = row[0] + 1
+            body = _body(new)
+            self._conn.execute("INSERT INTO node_versions VALUES (?, ?, ?, ?, ?, ?)", (node_id, version, new.type.value, body, time.time(), reason))
+            self._conn.execute("UPDATE nodes SET version = ?, owner = ?, body = ? WHERE id = ?", (version, new.owner, body, node_id))
+        return new
+
+    def invalidate(self, node_id: str, *, by: str | None = None, reason: str = "invalidated") -> Node:
+        """Mark a record invalid (a new version with ``valid=False``), with an ``invalidated_by`` edge to ``by``."""
+        with self.transaction():
+            node = self.update_node(node_id, reason=reason, valid=False)
+            if by is not None:
+                self.add_edge(Edge(src=node_id, dst=by, relation=Relation.INVALIDATED_BY, time=time.time()))
+        return node
+
+    # -- reads
+
+    def _type(self, node_id: str) -> NodeType:
+        row = self._conn.execute("SELECT type FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        if row is None:
+            raise GraphIntegrityError(f"no node {node_id!r}: add it before its edges")
+        return NodeType(row[0])
+
+    def __contains__(self, node_id: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node_id,)).fetchone() is not None
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0])
+
+    def node(self, node_id: str) -> Node:
+        """The current version of a node. Raises :class:`UnknownNodeError`."""
+        row = self._conn.execute("SELECT body FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        if row is None:
+            raise UnknownNodeError(f"no node {node_id!r}")
+        return _node(row[0])
+
+    def nodes(self, type: NodeType | str | None = None, *, run: str | None = None) -> list[Node]:
+        sql, args = "SELECT body FROM nodes WHERE 1=1", []
+        if type is not None:
+            sql += " AND type = ?"
+            args.append(NodeType(type).value)
+        if run is not None:
+            sql += " AND run = ?"
+            args.append(run)
+        return [_node(r[0]) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+
+    def edges(self, *, src: str | None = None, dst: str | None = None, relation: Relation | str | None = None) -> list[Edge]:
+        sql, args = "SELECT src, dst, relation, time, attributes FROM edges WHERE 1=1", []
+        for col, val in (("src", src), ("dst", dst)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
+        if relation is not None:
+            sql += " AND relation = ?"
+            args.append(Relation(relation).value)
+        return [Edge(src=r[0], dst=r[1], relation=r[2], time=r[3], attributes=json.loads(r[4])) for r in self._conn.execute(sql + " ORDER BY seq", args)]
+
+    def history(self, node_id: str) -> list[tuple[int, str, Node]]:
+        """Every version of a node: ``(version, reason, node)``, oldest first."""
+        rows = self._conn.execute("SELECT version, reason, body FROM node_versions WHERE id = ? ORDER BY version", (node_id,)).fetchall()
+        if not rows:
+            raise UnknownNodeError(f"no node {node_id!r}")
+        return [(v, reason, _node(body)) for v, reason, body in rows]
+
+    def parents(self, node_id: str) -> list[str]:
+        """Direct lineage parents (what ``node_id`` was derived from, used or supported by)."""
+        return [r[0] for r in self._conn.execute("SELECT DISTINCT parent FROM lineage WHERE child = ? ORDER BY parent", (node_id,))]
+
+    def children(self, node_id: str) -> list[str]:
+        return [r[0] for r in self._conn.execute("SELECT DISTINCT child FROM lineage WHERE parent = ? ORDER BY child", (node_id,))]
+
+    def ancestors(self, node_id: str) -> set[str]:
+        """Everything ``node_id`` derives from, transitively (one recursive query over the lineage index)."""
+        rows = self._conn.execute(
+            "WITH RECURSIVE up(id) AS (SELECT parent FROM lineage WHERE child = ? "
+            "UNION SELECT l.parent FROM lineage l JOIN up ON l.child = up.id) SELECT id FROM up",
+            (node_id,),
+        )
+        return {r[0] for r in rows} - {node_id}
+
+    def descendants(self, node_id: str) -> set[str]:
+        """Everything derived from ``node_id``, transitively."""
+        rows = self._conn.execute(
+            "WITH RECURSIVE down(id) AS (SELECT child FROM lineage WHERE parent = ? "
+            "UNION SELECT l.child FROM lineage l JOIN down ON l.parent = down.id) SELECT id FROM down",
+            (node_id,),
+        )
+        return {r[0] for r in rows} - {node_id}
+
+    def runs(self) -> list[str]:
+        return [r[0] for r in self._conn.execute("SELECT DISTINCT run FROM nodes WHERE run IS NOT NULL ORDER BY run")]
+
+    def to_networkx(self, *, run: str | None = None, lineage_only: bool = False) -> nx.MultiDiGraph:
+        """A networkx view: nodes with their fields as attributes; edges keyed by relation
+        (``lineage_only``: parent -> child edges of the derivation order instead)."""
+        g = nx.MultiDiGraph()
+        for node in self.nodes(run=run):
+            g.add_node(node.id, **node.model_dump(exclude={"id"}))
+        if lineage_only:
+            for child, parent, relation in self._conn.execute("SELECT child, parent, relation FROM lineage"):
+                if child in g and parent in g:
+                    g.add_edge(parent, child, key=relation, relation=relation)
+        else:
+            for e in self.edges():
+                if e.src in g and e.dst in g:
+                    g.add_edge(e.src, e.dst, key=e.relation.value, relation=e.relation.value, time=e.time, **e.attributes)
+        return g
