@@ -1,0 +1,15 @@
+"""Ingest real agent traces into a :class:`~lab.provenance.graph.ProvenanceGraph`.
+
+:func:`ingest_taubench`
+    tau-bench trajectories (OpenAI chat messages with tool calls).
+:func:`ingest_spans`
+    OpenInference / OpenTelemetry GenAI span exports (JSON).
+
+Both validate their input (:class:`~lab.provenance.errors.IngestError` with the file and the JSON path of the bad
+field), write a whole file in one transaction (all or nothing) and return an :class:`IngestReport`.
+"""
+
+from lab.provenance.ingest.openinference import ingest_spans
+from lab.provenance.ingest.taubench import IngestReport, ingest_taubench
+
+__all__ = ["IngestReport", "ingest_spans", "ingest_taubench"]

@@ -1,0 +1,161 @@
+"""Ingest of real tau-bench trajectories and of an OpenInference / OTel GenAI span export."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lab import data
+from lab.provenance import IngestError, NodeType, ProvenanceGraph, Relation
+from lab.provenance.ingest import ingest_spans, ingest_taubench
+from lab.provenance.ingest.taubench import WRITE_TOOLS
+
+SPANS = Path(__file__).parent / "data" / "openinference_spans.json"
+RUN = "tau-airline/task32/trial1"  # index 82 of the file: get_user_details, search_direct_flight, book_reservation
+
+
+@pytest.fixture(scope="module")
+def trajectories() -> list[dict]:
+    return json.loads(Path(data.fetch("tau_bench_airline_trajectories")).read_text())
+
+
+def _types(g: ProvenanceGraph, run: str | None = None) -> Counter:
+    return Counter(n.type.value for n in g.nodes(run=run))
+
+
+def _relations(g: ProvenanceGraph) -> Counter:
+    return Counter(e.relation.value for e in g.edges())
+
+
+def test_one_trajectory_by_hand(trajectories):
+    t = trajectories[82]
+    # by hand from the JSON: 20 messages; 3 tool calls (msgs 6, 10, 16) and their 3 results (msgs 7, 11, 17);
+    # one write (book_reservation at msg 16); text replies at msgs 2, 4, 8, 12, 14, 18, of which 2 and 4 come
+    # before any tool result, so 4 claims (8, 12, 14, 18).
+    assert (t["task_id"], t["trial"], len(t["traj"])) == (32, 1, 20)
+    g = ProvenanceGraph()
+    report = ingest_taubench(g, runs=[82])
+    assert report.model_dump() == {"runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "edges": 16, "run_ids": [RUN]}
+    assert _types(g) == {"agent": 2, "source": 3, "claim": 4, "action": 1}
+    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 5, "supports": 7, "used": 2, "generated": 1}
+    p = RUN + "/"
+    book = g.node(p + "msg16/call0")
+    assert book.attributes["tool"] == "book_reservation" and book.text.startswith("book_reservation({")
+    # the booking used the user details (the payment id, the dob) and the flight search (the flight number)
+    used = {e.dst: e.attributes["values"] for e in g.edges(src=book.id, relation=Relation.USED)}
+    assert used == {p + "msg7": ["1957-10-05", "credit_card_4196779"], p + "msg11": ["HAT271"]}
+    assert [e.dst for e in g.edges(src=book.id, relation=Relation.GENERATED)] == [p + "msg17"]
+    assert g.edges(src=p + "agent", relation=Relation.ACTED_ON_BEHALF_OF)[0].dst == p + "user"
+    supports = {(e.src, e.dst) for e in g.edges(relation=Relation.SUPPORTS)}
+    assert supports == {
+        (p + "msg7", p + "msg8/claim"),
+        (p + "msg11", p + "msg12/claim"),
+        (p + "msg7", p + "msg14/claim"),
+        (p + "msg11", p + "msg14/claim"),
+        (p + "msg7", p + "msg18/claim"),
+        (p + "msg11", p + "msg18/claim"),
+        (p + "msg17", p + "msg18/claim"),
+    }
+    e = g.edges(src=p + "msg11", dst=p + "msg12/claim")[0]
+    assert e.attributes["tokens"] == ["114", "161", "174", "HAT139", "HAT271", "HAT289", "ORD", "PHL"]
+    # labels: user data is scoped to the user, flight search results are public; claims inherit
+    scope = frozenset({"user:sophia_silva_7557"})
+    assert g.node(p + "msg7").labels == scope and g.node(p + "msg17").labels == scope
+    assert g.node(p + "msg11").labels == frozenset() and g.node(p + "msg12/claim").labels == frozenset()
+    assert g.node(p + "msg14/claim").labels == scope
+    assert g.node(p + "msg7").trust == 1.0 and g.node(p + "msg7").owner == p + "agent"
+    assert g.node(p + "msg17").time == 17.0
+    assert p + "msg7" in g.ancestors(p + "msg18/claim")
+
+
+def test_full_file(trajectories):
+    writes = sum(1 for t in trajectories for m in t["traj"] for c in m.get("tool_calls") or [] if c["function"]["name"] in WRITE_TOOLS)
+    tool_messages = sum(1 for t in trajectories for m in t["traj"] if m["role"] == "tool")
+    g = ProvenanceGraph()
+    report = ingest_taubench(g)
+    assert (report.runs, report.agents, report.sources, report.actions) == (200, 400, tool_messages, writes)
+    assert (tool_messages, writes) == (1164, 250)
+    types = _types(g)
+    assert types == {"agent": 400, "source": 1164, "action": 250, "claim": report.claims}
+    assert 0 < report.claims <= sum(1 for t in trajectories for m in t["traj"] if m["role"] == "assistant" and m.get("content"))
+    rel = _relations(g)
+    assert sum(rel.values()) == report.edges
+    assert rel["acted_on_behalf_of"] == 200 and rel["attributed_to"] == report.claims + report.actions
+    assert rel["generated"] == 250  # every write call has its result
+    assert len(g.runs()) == 200
+
+
+def _write(tmp_path: Path, trajs: list) -> Path:
+    path = tmp_path / "trajs.json"
+    path.write_text(json.dumps(trajs))
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, where, reason",
+    [
+        (lambda t: t.pop("traj"), "[1].traj", "missing 'traj'"),
+        (lambda t: t["traj"][3].pop("role"), "[1].traj[3].role", "message without 'role'"),
+        (
+            lambda t: t["traj"][16]["tool_calls"][0]["function"].__setitem__("arguments", "{bad"),
+            "[1].traj[16].tool_calls[0].function.arguments",
+            "function.arguments is not valid JSON: Expecting property name enclosed in double quotes (char 1)",
+        ),
+        (
+            lambda t: t["traj"][17].__setitem__("tool_call_id", "call_nope"),
+            "[1].traj[17].tool_call_id",
+            "tool_call_id 'call_nope' matches no earlier tool call",
+        ),
+    ],
+)
+def test_malformed_is_all_or_nothing(tmp_path, trajectories, mutate, where, reason):
+    bad = copy.deepcopy(trajectories[82])
+    mutate(bad)
+    path = _write(tmp_path, [trajectories[0], bad])  # the first one is fine and is written first
+    g = ProvenanceGraph()
+    with pytest.raises(IngestError) as info:
+        ingest_taubench(g, path)
+    assert str(info.value) == f"{path} at {where}: {reason}"
+    assert (info.value.file, info.value.path) == (str(path), where)
+    assert len(g) == 0 and g.edges() == []
+    ingest_taubench(g, path, runs=[0])  # the graph is still usable
+    assert len(g.runs()) == 1
+
+
+def test_spans_fixture():
+    g = ProvenanceGraph()
+    report = ingest_spans(g, SPANS)
+    assert report.model_dump() == {"runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "edges": 15, "run_ids": ["t1"]}
+    assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1, "memory": 2}
+    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 8, "supports": 2, "used": 1, "generated": 1, "derived_from": 2}
+    assert g.edges(src="t1/s2", relation="acted_on_behalf_of")[0].dst == "t1/s1"
+    # the LLM put doc-17 and the memory in its prompt, not doc-42 nor the CHAIN output: a claim supported by both
+    assert {e.src for e in g.edges(dst="t1/s6/claim", relation="supports")} == {"t1/s3/doc0", "t1/memory/mem-7"}
+    assert g.node("t1/s3/doc1").attributes["document_id"] == "doc-42" and g.node("t1/s3/doc1").attributes["score"] == 0.35
+    assert g.node("t1/s8").type == NodeType.ACTION and g.node("t1/s7/output").type == NodeType.SOURCE  # tool.write
+    assert [e.dst for e in g.edges(src="t1/s8", relation="used")] == ["t1/s7/output"]
+    assert {e.dst for e in g.edges(src="t1/memory/mem-8", relation="derived_from")} == {"t1/s7/output", "t1/s8/output"}
+    assert g.node("t1/memory/mem-8").owner == "t1/s1" and g.node("t1/s6/claim").owner == "t1/s2"
+    assert g.node("t1/s3/doc0").time == 1740823202.0  # 2025-03-01T10:00:02Z
+    assert "t1/s10/claim" not in g  # ungrounded LLM output
+
+
+def test_spans_malformed_is_all_or_nothing(tmp_path):
+    spans = json.loads(SPANS.read_text())
+    del spans[2]["attributes"]["retrieval"]["documents"][0]["document"]["id"]
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(spans))
+    g = ProvenanceGraph()
+    with pytest.raises(IngestError) as info:
+        ingest_spans(g, path)
+    assert str(info.value) == f"{path} at [2].attributes.retrieval.documents.0.document.id: retrieved document without an id"
+    assert len(g) == 0 and g.edges() == []
+    spans = json.loads(SPANS.read_text())
+    spans[3]["attributes"].pop("gen_ai.memory.record.id")
+    with pytest.raises(IngestError, match=r"^<spans> at \[3\]\.attributes\.gen_ai\.memory\.record\.id: search_memory span without"):
+        ingest_spans(g, spans)
+    assert len(g) == 0
