@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -42,6 +43,13 @@ def test_notebook_runs_headless(path):
         answer = _text(code[-1])
         for site in ("Theta 2022", "Theta 2023", "HPC2N"):
             assert site in answer
+    if path.name == "03_provenance.ipynb":
+        out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+        assert re.search(r"runs\s+200\n", out)  # all 200 real trajectories ingested
+        assert "missing label 'user:sophia_silva_7557'" in out  # another user's assistant is refused
+        gate = [c for c in nb.cells if c.cell_type == "code" and "revoke_source" in c.source][0]
+        assert "allow" in _text(gate) and "block" in _text(gate)  # the gate before and after the revocation
+        assert "round trip: 12 nodes, 17 edges" in out and "agent(lab:tau-airline%2Ftask32%2Ftrial1%2Fagent" in out
     if path.name == "02_federated_sites.ipynb":
         out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
         assert "job.completed exit code 0 -> output: 800000" in out  # wc -l of the staged input, via the continuation
@@ -50,4 +58,4 @@ def test_notebook_runs_headless(path):
 
 
 def test_notebooks_exist():
-    assert [p.name for p in NOTEBOOKS][:2] == ["01_site_queues.ipynb", "02_federated_sites.ipynb"]
+    assert [p.name for p in NOTEBOOKS][:3] == ["01_site_queues.ipynb", "02_federated_sites.ipynb", "03_provenance.ipynb"]

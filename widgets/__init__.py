@@ -6,9 +6,12 @@ nothing themselves.
 * :class:`QueueDashboard` -- several HPC sites' queues replayed side by side from traces;
   ``QueueDashboard.live(db, sites)`` gives the live view of a running federation.
 * :class:`LiveSitesDashboard` -- that live view: queues, placement decisions and events from the event log.
+* :class:`ProvenanceExplorer` -- an agent run's execution graph: trust, eligibility for an agent, gate
+  decisions; click a node for its lineage and details.
 """
 
 from widgets.live_dashboard import LiveSitesDashboard
+from widgets.provenance_explorer import ProvenanceExplorer
 from widgets.queue_dashboard import QueueDashboard
 
-__all__ = ["LiveSitesDashboard", "QueueDashboard"]
+__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard"]

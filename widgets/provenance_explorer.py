@@ -1,0 +1,95 @@
+"""Provenance explorer: an interactive view of an agent run's execution graph.
+
+A thin anywidget over :mod:`lab.provenance.view`: Python computes the elements (types, path
+trust, eligibility for an agent with the reason, gate decisions), the lineage neighbourhood of
+the selected node and its details; the front end (``provenance_explorer.js``, bundled from
+``widgets/js/provenance_explorer``; rebuild with ``npm ci && npm run build`` there) draws them
+with cytoscape, lets the user click a node (``selected``), tick filters (``filters``) and scrub
+time (``time_max``), and styles whatever ``highlight`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+from lab.provenance.access import AccessPolicy
+from lab.provenance.errors import UnknownNodeError
+from lab.provenance.gate import GateDecision
+from lab.provenance.graph import ProvenanceGraph
+from lab.provenance.view import describe, explorer_elements, neighbourhood
+
+__all__ = ["ProvenanceExplorer"]
+
+_BUNDLE = Path(__file__).with_name("provenance_explorer.js")
+
+
+class ProvenanceExplorer(anywidget.AnyWidget):
+    """Explore a :class:`~lab.provenance.graph.ProvenanceGraph` (one run of it, if ``run`` is given).
+
+    Parameters
+    ----------
+    graph : ProvenanceGraph
+    run : str, optional
+        Show only this run's nodes.
+    agent : str, optional
+        Grey out the records this agent may not read (with the reason).
+    policy : AccessPolicy, optional
+    decisions : mapping of action id to GateDecision, optional
+        Gate decisions shown on the action nodes.
+
+    Synced traits: ``elements`` (from :func:`lab.provenance.view.explorer_elements`), ``selected``
+    (a node id; a click in the browser sets it), ``filters`` (``types``/``agents``/``scopes``
+    lists of the values shown), ``time_max`` (nodes later than it are hidden; ``None``: none),
+    ``highlight`` (``ancestors``/``descendants`` of ``selected``) and ``detail`` (its description).
+    """
+
+    _esm = _BUNDLE
+    elements = t.Dict().tag(sync=True)
+    selected = t.Unicode("").tag(sync=True)
+    filters = t.Dict().tag(sync=True)
+    time_max = t.Float(None, allow_none=True).tag(sync=True)
+    highlight = t.Dict().tag(sync=True)
+    detail = t.Dict().tag(sync=True)
+
+    def __init__(
+        self,
+        graph: ProvenanceGraph,
+        *,
+        run: str | None = None,
+        agent: str | None = None,
+        policy: AccessPolicy | None = None,
+        decisions: Mapping[str, GateDecision] | None = None,
+        **kwargs: Any,
+    ):
+        self.graph, self.run, self.agent = graph, run, agent
+        self.policy = policy or (AccessPolicy(graph) if agent is not None else None)
+        self.decisions = dict(decisions or {})
+        super().__init__(**kwargs)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the elements from the graph's current state (filters reset to show everything)."""
+        els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
+        self.elements = els
+        self.filters = {"types": list(els["types"]), "agents": list(els["agents"]), "scopes": list(els["scopes"])}
+        self._update_selection()
+
+    @t.observe("selected")
+    def _on_selected(self, change) -> None:
+        self._update_selection()
+
+    def _update_selection(self) -> None:
+        node_id = self.selected
+        if not node_id:
+            self.highlight, self.detail = {"ancestors": [], "descendants": []}, {}
+            return
+        try:
+            self.highlight = neighbourhood(self.graph, node_id)
+            self.detail = describe(self.graph, node_id, agent=self.agent, policy=self.policy, decisions=self.decisions)
+        except UnknownNodeError as exc:
+            self.highlight, self.detail = {"ancestors": [], "descendants": []}, {"id": node_id, "error": str(exc)}
