@@ -35,6 +35,7 @@ effect on the very next call.
 
 from __future__ import annotations
 
+import graphlib
 import json
 import time
 from collections.abc import Iterable
@@ -61,6 +62,10 @@ class LineageClosure:
 
     def topological_components(self) -> list[list[str]]:
         """Strongly connected components of the lineage, ancestors first (singletons in a DAG)."""
+        try:  # the usual case, a DAG: any topological order will do
+            return [[n] for n in graphlib.TopologicalSorter(self.parents).static_order()]
+        except graphlib.CycleError:
+            pass
         g = nx.DiGraph()
         g.add_nodes_from(self.nodes)
         for child, ps in self.parents.items():
@@ -79,10 +84,10 @@ def lineage_closure(graph: ProvenanceGraph, node_ids: Iterable[str]) -> LineageC
     rows = conn.execute(
         "WITH RECURSIVE up(id) AS (SELECT value FROM json_each(?) "
         "UNION SELECT l.parent FROM lineage l JOIN up ON l.child = up.id) "
-        "SELECT n.id, n.body FROM up JOIN nodes n ON n.id = up.id",
+        "SELECT n.id, n.version, n.body FROM up JOIN nodes n ON n.id = up.id",
         (json.dumps(ids),),
     ).fetchall()
-    nodes = {i: Node.model_validate_json(body) for i, body in rows}
+    nodes = {i: graph._parsed(i, version, body) for i, version, body in rows}
     missing = [i for i in ids if i not in nodes]
     if missing:
         raise UnknownNodeError(f"no node {missing[0]!r}")
@@ -217,16 +222,17 @@ class AccessPolicy:
         inh = _propagate(lineage_closure(self.graph, [node_id]))[node_id]
         return self._decide(node_id, inh, scopes)
 
-    def eligible(self, agent: str, candidate_ids: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    def eligible(self, agent: str, candidate_ids: Iterable[str], *, closure: LineageClosure | None = None) -> tuple[list[str], dict[str, str]]:
         """Split candidates into ``(eligible, excluded)`` for ``agent``, in the candidates' order.
 
         This is the hard filter that runs **before** any ranking (MAP-Graph): callers rank only
         ``eligible``; ``excluded`` maps each refused id to the same reason :meth:`can_read` gives.
-        One closure query and one propagation pass serve all candidates.
+        One closure query and one propagation pass serve all candidates (pass ``closure``, from
+        :func:`lineage_closure` of the same candidates, to share it with other computations).
         """
         scopes = self.scopes(agent)
         ids = list(dict.fromkeys(candidate_ids))
-        inherited = _propagate(lineage_closure(self.graph, ids))
+        inherited = _propagate(closure if closure is not None else lineage_closure(self.graph, ids))
         ok: list[str] = []
         excluded: dict[str, str] = {}
         for i in ids:

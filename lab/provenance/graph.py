@@ -148,7 +148,11 @@ def _body(node: Node) -> str:
 
 
 def _node(body: str) -> Node:
-    return Node.model_validate_json(body)
+    """A stored node, without re-validating what was validated when it was written (hot path)."""
+    data = json.loads(body)
+    data["type"] = NodeType(data["type"])
+    data["labels"] = frozenset(data["labels"])
+    return Node.model_construct(**data)
 
 
 class ProvenanceGraph:
@@ -169,6 +173,7 @@ class ProvenanceGraph:
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.executescript(_SCHEMA)
         self._depth = 0
+        self._cache: dict[tuple[str, int], Node] = {}  # parsed node versions (immutable, so never stale)
 
     def close(self) -> None:
         self._conn.close()
@@ -270,6 +275,16 @@ class ProvenanceGraph:
         return node
 
     # -- reads
+
+    def _parsed(self, node_id: str, version: int, body: str) -> Node:
+        """The parsed node version ``(node_id, version)``; versions never change, so the cache is exact."""
+        key = (node_id, version)
+        node = self._cache.get(key)
+        if node is None:
+            if len(self._cache) > 500_000:
+                self._cache.clear()
+            node = self._cache[key] = _node(body)
+        return node
 
     def _type(self, node_id: str) -> NodeType:
         row = self._conn.execute("SELECT type FROM nodes WHERE id = ?", (node_id,)).fetchone()

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from lab.provenance.access import AccessPolicy
+from lab.provenance.access import AccessPolicy, lineage_closure
 from lab.provenance.embed import make_scorer
 from lab.provenance.graph import NodeType, ProvenanceGraph
 from lab.provenance.trust import path_trusts
@@ -70,16 +70,17 @@ class Retriever:
             ids = [n.id for t in RECORD_TYPES for n in self.graph.nodes(t, run=run)]
         else:
             ids = list(dict.fromkeys(candidates))
-        eligible, excluded = self.policy.eligible(agent, ids)  # filtering happens before any scoring
+        closure = lineage_closure(self.graph, ids)  # one ancestry query serves the filter and the trust
+        eligible, excluded = self.policy.eligible(agent, ids, closure=closure)  # filtering happens before any scoring
         excluded = dict(excluded)
-        nodes = {i: self.graph.node(i) for i in eligible}
+        nodes = closure.nodes
         valid = []
         for i in eligible:
             if nodes[i].valid:
                 valid.append(i)
             else:
                 excluded[i] = "invalidated (superseded)"
-        trust = path_trusts(self.graph, valid) if valid else {}
+        trust = path_trusts(self.graph, valid, closure=closure) if valid else {}
         sims = self.scorer.scores(query, [nodes[i].text for i in valid])
         hits = [Hit(id=i, score=float(s) * trust[i], similarity=float(s), trust=trust[i], text=nodes[i].text) for i, s in zip(valid, sims)]
         hits.sort(key=lambda h: (-h.score, h.id))

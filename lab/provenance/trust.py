@@ -94,10 +94,11 @@ def _path_trusts(closure: LineageClosure) -> dict[str, float]:
     return best
 
 
-def path_trusts(graph: ProvenanceGraph, node_ids: Iterable[str]) -> dict[str, float]:
-    """:func:`path_trust` of many nodes at once (one closure query, one Dijkstra pass)."""
+def path_trusts(graph: ProvenanceGraph, node_ids: Iterable[str], *, closure: LineageClosure | None = None) -> dict[str, float]:
+    """:func:`path_trust` of many nodes at once (one closure query, one Dijkstra pass; ``closure``:
+    an already-fetched :func:`~lab.provenance.access.lineage_closure` covering them)."""
     ids = list(node_ids)
-    best = _path_trusts(lineage_closure(graph, ids))
+    best = _path_trusts(closure if closure is not None else lineage_closure(graph, ids))
     return {i: best[i] for i in ids}
 
 
