@@ -45,29 +45,25 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def make_server(target: str, port_var: str, log_path: Path, timeout_s: float = 120, **make_vars: str):
-    """Run ``make -s TARGET PORT_VAR=<free port> ...`` until the port accepts connections; yield the port.
-
-    The whole process group is stopped afterwards (SIGTERM, then SIGKILL after 30 s). If the
-    server exits or never listens, the test fails with the tail of its log.
-    """
-    port = free_port()
-    args = [f"{port_var}={port}", *(f"{k}={v}" for k, v in make_vars.items())]
+def serve(cmd: list[str], port: int, log_path: Path, *, cwd: Path = ROOT, name: str = "server", timeout_s: float = 120):
+    """Run ``cmd`` (which listens on ``port``) in its own process group until the port accepts
+    connections; yield the port; stop the group afterwards (SIGTERM, then SIGKILL after 30 s).
+    If the server exits or never listens, the test fails with the tail of its log."""
     with log_path.open("w+") as log:
-        proc = subprocess.Popen(["make", "-s", target, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + timeout_s
             while True:
                 if proc.poll() is not None:
                     log.seek(0)
-                    pytest.fail(f"`make {target}` exited with {proc.returncode}:\n{log.read()[-3000:]}")
+                    pytest.fail(f"`{name}` exited with {proc.returncode}:\n{log.read()[-3000:]}")
                 try:  # up once it accepts connections (pages render later)
                     with socket.create_connection(("127.0.0.1", port), timeout=2):
                         break
                 except OSError:
                     if time.monotonic() > deadline:
                         log.seek(0)
-                        pytest.fail(f"`make {target}` did not listen on port {port} within {timeout_s} s:\n{log.read()[-3000:]}")
+                        pytest.fail(f"`{name}` did not listen on port {port} within {timeout_s} s:\n{log.read()[-3000:]}")
                     time.sleep(0.5)
             yield port
         finally:
@@ -77,6 +73,15 @@ def make_server(target: str, port_var: str, log_path: Path, timeout_s: float = 1
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@contextlib.contextmanager
+def make_server(target: str, port_var: str, log_path: Path, timeout_s: float = 120, **make_vars: str):
+    """``make -s TARGET PORT_VAR=<free port> ...`` through :func:`serve`; yields the port."""
+    port = free_port()
+    args = [f"{port_var}={port}", *(f"{k}={v}" for k, v in make_vars.items())]
+    with serve(["make", "-s", target, *args], port, log_path, name=f"make {target}", timeout_s=timeout_s) as p:
+        yield p
 
 
 def pending_at_day(day: float) -> list[int]:

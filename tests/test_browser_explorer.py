@@ -10,18 +10,13 @@ class (Python's neighbourhood went back to the browser). Fails, never skips, wit
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, free_port
+from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, free_port, serve
 
 VOILA = Path(sys.executable).with_name("voila")
 
@@ -62,30 +57,8 @@ def voila_server(notebook: Path, log_path: Path, timeout_s: float = 120):
     """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port."""
     port = free_port()
     cmd = [str(VOILA), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", notebook.name]
-    with log_path.open("w+") as log:
-        proc = subprocess.Popen(cmd, cwd=notebook.parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    pytest.fail(f"voila exited with {proc.returncode}:\n{log.read()[-3000:]}")
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=2):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        log.seek(0)
-                        pytest.fail(f"voila did not listen on port {port} within {timeout_s} s:\n{log.read()[-3000:]}")
-                    time.sleep(0.5)
-            yield port
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s) as p:
+        yield p
 
 
 @pytest.mark.browser

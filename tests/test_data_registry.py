@@ -24,6 +24,12 @@ EXPECTED = {
         "agent-traces/tau-bench/gpt-4o-airline.json",
         "e9e6c0297660c537f83d4fd9c476ce7a9a86ecd2784874b7bfc13be598e37bfa",
     ),
+    "tau_bench_airline_users": ("agent-traces/tau-bench/airline/users.json", "bd264e2a31e0fa35cdfef8987e70a0dd3776828b582fe90e7a44823a12eb4cea"),
+    "tau_bench_airline_reservations": (
+        "agent-traces/tau-bench/airline/reservations.json",
+        "1cf0bbc58ad984be9de7c24dba6dd27393f94cdbd482d8524f6a54db1f561a8c",
+    ),
+    "tau_bench_airline_flights": ("agent-traces/tau-bench/airline/flights.json", "444d7565c68434a3e3fb72efd717f9f9cd5c56dce227f6f56e078f1cb0ed233a"),
     "theta_2022": ("swf/theta_2022.swf", "2ef7be60df7e5abc671b838cc5dbf4dc212320eaddbbf5c4a4f5db592ea20cae"),
     "theta_2023": ("swf/theta_2023.swf", "fce58fd4187241310755bb3faee773597032ae5a81011326ea305251861f18ca"),
     "wagap_2013": ("swf/wagap_2013.swf", "bf5c1cc69915f2d5d26c579f69e206513ceff9bd60e6c4b112182da0c6183ed7"),
@@ -47,7 +53,10 @@ def test_names_lists_the_registry_sorted():
     assert data.names() == [
         "hpc2n",
         "nasa_ipsc_1993",
+        "tau_bench_airline_flights",
+        "tau_bench_airline_reservations",
         "tau_bench_airline_trajectories",
+        "tau_bench_airline_users",
         "theta_2022",
         "theta_2023",
         "wagap_2013",
@@ -87,7 +96,8 @@ def test_unknown_name_raises_listing_every_known_name(call):
     msg = str(exc)
     assert msg == (
         f"no data set named 'theta_2099' in the registry ({data._REGISTRY_FILE}); known: "
-        "hpc2n, nasa_ipsc_1993, tau_bench_airline_trajectories, theta_2022, theta_2023, wagap_2013"
+        "hpc2n, nasa_ipsc_1993, tau_bench_airline_flights, tau_bench_airline_reservations, "
+        "tau_bench_airline_trajectories, tau_bench_airline_users, theta_2022, theta_2023, wagap_2013"
     )
     assert not msg.startswith('"')  # not KeyError's quoted repr
 

@@ -135,27 +135,17 @@ def expected_decision(setting: str, risk: str) -> str:
 def airline_db() -> dict[str, dict]:
     """The tau-bench airline databases ``{"users", "reservations", "flights"}``.
 
-    Read from ``lab.data.data_dir() / "agent-traces/tau-bench/airline"`` (not a registered data
-    set). Raises FileNotFoundError with the path it looked in when they are absent.
+    Read through the data registry (``tau_bench_airline_users``, ``_reservations``, ``_flights``);
+    raises :class:`lab.data.DataError` naming the file when one is missing or corrupted.
     """
     return _airline_db()
 
 
 @cache
 def _airline_db() -> dict[str, dict]:
-    from lab.data import data_dir
+    from lab import data
 
-    root = data_dir()
-    if root is None:
-        raise FileNotFoundError("no lab data directory: set $LAB_DATA_DIR or provide ../shared/data beside the checkout")
-    folder = Path(root) / "agent-traces" / "tau-bench" / "airline"
-    out = {}
-    for name in ("users", "reservations", "flights"):
-        path = folder / f"{name}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"tau-bench airline database {path} is missing (expected users, reservations, flights json)")
-        out[name] = json.loads(path.read_text())
-    return out
+    return {name: json.loads(data.fetch(f"tau_bench_airline_{name}").read_text()) for name in ("users", "reservations", "flights")}
 
 
 _FIRST = ["ana", "ben", "chloe", "dev", "elif", "farah", "gus", "hana", "ivan", "jin", "kofi", "lena", "mateo", "nia", "omar", "priya", "quinn", "rosa", "sami", "tara"]
