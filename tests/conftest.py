@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.hpc.testbed import Testbed, TestbedError
+
 
 @pytest.fixture
 def tmp_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -23,3 +25,21 @@ def tmp_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_cache_dir:
     data.mkdir()
     monkeypatch.setenv("LAB_DATA_DIR", str(data))
     return data
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory) -> Testbed:
+    """Two real local Slurm sites, ``alpha`` (2 CPUs) and ``beta`` (1 CPU), per test module; always torn down.
+
+    Fails (never skips) when Slurm cannot start, e.g. without Debian's slurm-wlm.
+    """
+    tb = Testbed(tmp_path_factory.mktemp("tb"), timeout_s=30, grace_s=10)
+    try:
+        tb.up(["alpha", "beta"], cpus=[2, 1], memory_mb=[4000, 2000])
+    except TestbedError as exc:
+        tb.down()
+        pytest.fail(f"could not start the Slurm testbed: {exc}")
+    try:
+        yield tb
+    finally:
+        tb.down()

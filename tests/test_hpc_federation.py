@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,24 +22,9 @@ from lab.hpc.continuation import ContinuationService, Continuations, job_key
 from lab.hpc.errors import PolicyViolation
 from lab.hpc.placement import place
 from lab.hpc.schedulers.base import JobSpec, JobState
-from lab.hpc.testbed import Testbed, TestbedError
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def testbed():
-    tb = Testbed(Path(tempfile.mkdtemp(prefix="labfed", dir="/tmp")), timeout_s=30)
-    try:
-        tb.up(["alpha", "beta"], cpus=[2, 1], memory_mb=[4000, 2000])
-    except TestbedError as exc:
-        tb.down()
-        pytest.fail(f"could not start the Slurm testbed: {exc}")
-    try:
-        yield tb
-    finally:
-        tb.down()
 
 
 @pytest.fixture(scope="module")

@@ -29,21 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
-    """Sites ``alpha`` (2 CPUs) and ``beta`` (1 CPU), always torn down."""
-    tb = Testbed(tmp_path_factory.mktemp("tb"), timeout_s=30, grace_s=10)
-    try:
-        tb.up(["alpha", "beta"], cpus=[2, 1], memory_mb=[4000, 2000])
-    except TestbedError as e:
-        tb.down()
-        pytest.fail(f"could not start the Slurm testbed: {e}")
-    try:
-        yield tb
-    finally:
-        tb.down()
-
-
-@pytest.fixture(scope="module")
 def alpha(testbed) -> SlurmScheduler:
     return testbed.site("alpha").scheduler(timeout_s=20)
 
