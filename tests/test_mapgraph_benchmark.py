@@ -89,5 +89,6 @@ def test_benchmark_end_to_end(tmp_path):
         assert m["tasks"] == 90
     assert set(data["per_setting"]["mapgraph"]) == set(T.SETTINGS)
     r = data["retrieval"]
-    assert r["records"] == 3000 and {"p50_ms", "p95_ms", "baseline_p95_ms", "baseline_over_mapgraph_p95"} <= set(r)
+    assert r["records"] == 3000 and {"p50_ms", "p95_ms", "baseline_p95_ms", "baseline_over_mapgraph_p95", "index_revoke_source_ms"} <= set(r)
+    assert r["index_revocation_seen_by_next_retrieval"] is True and r["index_revoked_source_descendants"] > 0
     assert "goals" in data and data["methods"]["mapgraph"]["unauthorized_reads"] == 0

@@ -25,26 +25,23 @@ revocation
 
 Efficiency and freshness
 ------------------------
-:func:`lineage_closure` loads the ancestor closure of *all* requested nodes with one recursive
-SQL query plus one query for their bodies, and effective labels / revocation are propagated once
-over that closure in topological order (strongly connected components are merged, so a cyclic
-lineage is handled). Nothing is cached between calls: every :meth:`AccessPolicy.can_read` /
-:meth:`AccessPolicy.eligible` reads the current graph, so a revocation or a grant change takes
-effect on the very next call.
+Effective labels and revocation come from the graph's *inherited index*
+(:meth:`ProvenanceGraph.indexed`), which every write to the graph brings up to date in the same
+transaction (the changed nodes and all their descendants are recomputed from their ancestor
+closure, in topological order, strongly connected components merged). A check therefore reads
+one row per candidate, and a revocation or a grant change takes effect on the very next call,
+from this process or any other writing the same file. :func:`lineage_closure` plus
+:func:`lab.provenance.lineage.propagate` compute the same from scratch (the tests compare them).
 """
 
 from __future__ import annotations
 
-import graphlib
-import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-
-import networkx as nx
 
 from lab.provenance.errors import ProvenanceError, UnknownNodeError
 from lab.provenance.graph import Node, NodeType, ProvenanceGraph
+from lab.provenance.lineage import Inherited, LineageClosure, propagate
 
 __all__ = ["AccessError", "LineageClosure", "lineage_closure", "AccessPolicy"]
 
@@ -53,90 +50,12 @@ class AccessError(ProvenanceError, ValueError):
     """An access-policy call on the wrong kind of node (e.g. granting a scope to a non-agent)."""
 
 
-@dataclass(frozen=True)
-class LineageClosure:
-    """The current nodes of an ancestor closure and its lineage edges (``parents[child]`` sorted)."""
-
-    nodes: dict[str, Node]
-    parents: dict[str, list[str]]
-
-    def topological_components(self) -> list[list[str]]:
-        """Strongly connected components of the lineage, ancestors first (singletons in a DAG)."""
-        try:  # the usual case, a DAG: any topological order will do
-            return [[n] for n in graphlib.TopologicalSorter(self.parents).static_order()]
-        except graphlib.CycleError:
-            pass
-        g = nx.DiGraph()
-        g.add_nodes_from(self.nodes)
-        for child, ps in self.parents.items():
-            g.add_edges_from((p, child) for p in ps)
-        cond = nx.condensation(g)
-        return [sorted(cond.nodes[c]["members"]) for c in nx.lexicographical_topological_sort(cond, key=str)]
-
-
 def lineage_closure(graph: ProvenanceGraph, node_ids: Iterable[str]) -> LineageClosure:
-    """The requested nodes and all their lineage ancestors, in one recursive query.
+    """The requested nodes and all their lineage ancestors (:meth:`ProvenanceGraph.lineage_closure`).
 
     Raises :class:`UnknownNodeError` if a requested id is not in the graph.
     """
-    ids = list(dict.fromkeys(node_ids))
-    conn = graph._conn  # read-only use of the store's connection: one query for the whole closure
-    rows = conn.execute(
-        "WITH RECURSIVE up(id) AS (SELECT value FROM json_each(?) "
-        "UNION SELECT l.parent FROM lineage l JOIN up ON l.child = up.id) "
-        "SELECT n.id, n.version, n.body FROM up JOIN nodes n ON n.id = up.id",
-        (json.dumps(ids),),
-    ).fetchall()
-    nodes = {i: graph._parsed(i, version, body) for i, version, body in rows}
-    missing = [i for i in ids if i not in nodes]
-    if missing:
-        raise UnknownNodeError(f"no node {missing[0]!r}")
-    parents: dict[str, list[str]] = {i: [] for i in nodes}
-    edge_rows = conn.execute(
-        "SELECT DISTINCT child, parent FROM lineage WHERE child IN (SELECT value FROM json_each(?)) ORDER BY child, parent",
-        (json.dumps(sorted(nodes)),),
-    )
-    for child, parent in edge_rows:
-        if parent in nodes:
-            parents[child].append(parent)
-    return LineageClosure(nodes, parents)
-
-
-def _is_revoked(node: Node) -> bool:
-    return bool(node.attributes.get("revoked", False))
-
-
-@dataclass(frozen=True)
-class _Inherited:
-    labels: dict[str, str]  # label -> the node carrying it (the record itself if it does, else an ancestor)
-    revoked_by: str | None  # the record itself or an ancestor that is revoked
-
-
-def _propagate(closure: LineageClosure) -> dict[str, _Inherited]:
-    """Effective labels (with a carrier per label) and revocation, one pass in topological order."""
-    out: dict[str, _Inherited] = {}
-    for comp in closure.topological_components():
-        members = set(comp)
-        labels: dict[str, str] = {}
-        revoked_by: str | None = None
-        for n in comp:  # the component's own labels first (in a DAG: the record's own)
-            for lab in sorted(closure.nodes[n].labels):
-                labels.setdefault(lab, n)
-            if revoked_by is None and _is_revoked(closure.nodes[n]):
-                revoked_by = n
-        for n in comp:
-            for p in closure.parents[n]:
-                if p in members:
-                    continue
-                inh = out[p]
-                for lab, carrier in inh.labels.items():
-                    labels.setdefault(lab, carrier)
-                if revoked_by is None and inh.revoked_by is not None:
-                    revoked_by = inh.revoked_by
-        result = _Inherited(labels, revoked_by)
-        for n in comp:
-            out[n] = result
-    return out
+    return graph.lineage_closure(node_ids)
 
 
 class AccessPolicy:
@@ -197,14 +116,14 @@ class AccessPolicy:
 
     def effective_labels(self, node_id: str) -> frozenset[str]:
         """The node's labels united with every lineage ancestor's (empty: public)."""
-        return frozenset(_propagate(lineage_closure(self.graph, [node_id]))[node_id].labels)
+        return frozenset(self.graph.indexed([node_id])[node_id][1].labels)
 
     def revoked(self, node_id: str) -> bool:
         """Whether the node or any lineage ancestor is revoked."""
-        return _propagate(lineage_closure(self.graph, [node_id]))[node_id].revoked_by is not None
+        return self.graph.indexed([node_id])[node_id][1].revoked_by is not None
 
     @staticmethod
-    def _decide(node_id: str, inh: _Inherited, scopes: frozenset[str]) -> tuple[bool, str]:
+    def _decide(node_id: str, inh: Inherited, scopes: frozenset[str]) -> tuple[bool, str]:
         if inh.revoked_by is not None:
             where = "it is revoked" if inh.revoked_by == node_id else f"ancestor {inh.revoked_by!r} is revoked"
             return False, f"revoked: {where}"
@@ -219,20 +138,22 @@ class AccessPolicy:
         """``(True, "readable")`` or ``(False, reason)``: the first reason, revocation checked first,
         then the missing labels in sorted order, each with the node that carries it."""
         scopes = self.scopes(agent)
-        inh = _propagate(lineage_closure(self.graph, [node_id]))[node_id]
-        return self._decide(node_id, inh, scopes)
+        return self._decide(node_id, self.graph.indexed([node_id])[node_id][1], scopes)
 
     def eligible(self, agent: str, candidate_ids: Iterable[str], *, closure: LineageClosure | None = None) -> tuple[list[str], dict[str, str]]:
         """Split candidates into ``(eligible, excluded)`` for ``agent``, in the candidates' order.
 
         This is the hard filter that runs **before** any ranking (MAP-Graph): callers rank only
         ``eligible``; ``excluded`` maps each refused id to the same reason :meth:`can_read` gives.
-        One closure query and one propagation pass serve all candidates (pass ``closure``, from
-        :func:`lineage_closure` of the same candidates, to share it with other computations).
+        One read of the inherited index serves all candidates; ``closure`` (a
+        :func:`lineage_closure` covering them) computes from scratch instead.
         """
         scopes = self.scopes(agent)
         ids = list(dict.fromkeys(candidate_ids))
-        inherited = _propagate(closure if closure is not None else lineage_closure(self.graph, ids))
+        if closure is not None:
+            inherited = propagate(closure)
+        else:
+            inherited = {i: inh for i, (_, inh) in self.graph.indexed(ids).items()}
         ok: list[str] = []
         excluded: dict[str, str] = {}
         for i in ids:

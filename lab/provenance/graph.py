@@ -22,6 +22,13 @@ W3C PROV-DM's ``wasDerivedFrom``, ``used``, ``wasGeneratedBy``, ``wasAttributedT
 relations imply, stored in its own indexed table so that ancestry and descendant
 queries are single recursive SQL queries.
 
+What each node *inherits* along that lineage (effective permission labels, revocation, path
+trust: :mod:`lab.provenance.lineage`) is kept in a derived table, the **inherited index**, that
+every write brings up to date inside its own transaction: the nodes it changed and all their
+descendants are recomputed from their ancestor closure just before COMMIT. A read of the index
+(:meth:`ProvenanceGraph.indexed`) therefore costs O(candidates) and is never stale, even when
+another process wrote the graph.
+
 Every node carries its time (epoch seconds), owner agent, permission ``labels``
 (scopes that may read it; empty = public), ``trust`` in [0, 1] and validity. The store
 is **append-only**: a change to a node writes a new version (:meth:`ProvenanceGraph.history`
@@ -45,6 +52,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, UnknownNodeError
+from lab.provenance.lineage import Inherited, LineageClosure, propagate
 
 __all__ = ["NodeType", "Relation", "LINEAGE", "Node", "Edge", "ProvenanceGraph"]
 
@@ -155,6 +163,16 @@ def _node(body: str) -> Node:
     return Node.model_construct(**data)
 
 
+#: ``PRAGMA user_version`` of a store whose inherited index is complete.
+_INDEX_VERSION = 2
+_INDEX_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS inherited "
+    "(id TEXT PRIMARY KEY, version INTEGER NOT NULL, labels TEXT NOT NULL, revoked_by TEXT, path_trust REAL NOT NULL)"
+)
+#: Host parameters per ``IN (...)`` query (SQLite's default limit is 32,766).
+_MAX_VARIABLES = 30_000
+
+
 class ProvenanceGraph:
     """An append-only execution graph in one SQLite file (``":memory:"`` for a throwaway one).
 
@@ -174,6 +192,15 @@ class ProvenanceGraph:
         self._conn.executescript(_SCHEMA)
         self._depth = 0
         self._cache: dict[tuple[str, int], Node] = {}  # parsed node versions (immutable, so never stale)
+        self._labels_cache: dict[str, dict[str, str]] = {}  # inherited.labels text -> parsed
+        self._dirty: set[str] = set()  # nodes whose inherited row must be recomputed before COMMIT
+        self._conn.execute(_INDEX_SCHEMA)
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] < _INDEX_VERSION:
+            with self.transaction():  # a store written before this index existed: (re)build it once
+                self._conn.execute("DROP TABLE inherited")
+                self._conn.execute(_INDEX_SCHEMA)
+                self._dirty.update(r[0] for r in self._conn.execute("SELECT id FROM nodes"))
+                self._conn.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
 
     def close(self) -> None:
         self._conn.close()
@@ -194,14 +221,38 @@ class ProvenanceGraph:
         self._depth += 1
         try:
             yield self
+            if self._depth == 1:
+                self._flush_index()  # inside the transaction: the index commits with the writes
         except BaseException:
             self._depth -= 1
             if self._depth == 0:
+                self._dirty.clear()
                 self._conn.execute("ROLLBACK")
             raise
         self._depth -= 1
         if self._depth == 0:
             self._conn.execute("COMMIT")
+
+    def _flush_index(self) -> None:
+        """Recompute the inherited rows of the dirty nodes and of everything derived from them."""
+        if not self._dirty:
+            return
+        dirty = json.dumps(sorted(self._dirty))
+        affected = [
+            r[0]
+            for r in self._conn.execute(
+                "WITH RECURSIVE down(id) AS (SELECT value FROM json_each(?) "
+                "UNION SELECT l.child FROM lineage l JOIN down ON l.parent = down.id) SELECT id FROM down",
+                (dirty,),
+            )
+        ]
+        closure = self.lineage_closure(affected)
+        inherited = propagate(closure)
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO inherited VALUES (?, ?, ?, ?, ?)",
+            ((i, closure.versions[i], json.dumps(inherited[i].labels), inherited[i].revoked_by, inherited[i].path_trust) for i in affected),
+        )
+        self._dirty.clear()
 
     # -- writes
 
@@ -213,6 +264,7 @@ class ProvenanceGraph:
             body = _body(node)
             self._conn.execute("INSERT INTO node_versions VALUES (?, 1, ?, ?, ?, 'created')", (node.id, node.type.value, body, time.time()))
             self._conn.execute("INSERT INTO nodes VALUES (?, 1, ?, ?, ?, ?)", (node.id, node.type.value, node.run, node.owner, body))
+            self._dirty.add(node.id)
         return node
 
     def add_nodes(self, nodes: Iterable[Node]) -> None:
@@ -241,7 +293,8 @@ class ProvenanceGraph:
             side = LINEAGE.get(edge.relation)
             if side is not None:
                 parent, child = (edge.dst, edge.src) if side == "dst" else (edge.src, edge.dst)
-                self._conn.execute("INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", (child, parent, edge.relation.value))
+                if self._conn.execute("INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", (child, parent, edge.relation.value)).rowcount:
+                    self._dirty.add(child)
         return edge
 
     def add_edges(self, edges: Iterable[Edge]) -> None:
@@ -264,6 +317,7 @@ class ProvenanceGraph:
             body = _body(new)
             self._conn.execute("INSERT INTO node_versions VALUES (?, ?, ?, ?, ?, ?)", (node_id, version, new.type.value, body, time.time(), reason))
             self._conn.execute("UPDATE nodes SET version = ?, owner = ?, body = ? WHERE id = ?", (version, new.owner, body, node_id))
+            self._dirty.add(node_id)  # labels, trust, validity or revocation may have changed
         return new
 
     def invalidate(self, node_id: str, *, by: str | None = None, reason: str = "invalidated") -> Node:
@@ -285,6 +339,75 @@ class ProvenanceGraph:
                 self._cache.clear()
             node = self._cache[key] = _node(body)
         return node
+
+    def lineage_closure(self, node_ids: Iterable[str]) -> LineageClosure:
+        """The requested nodes and all their lineage ancestors (one recursive query, one for edges).
+
+        Raises :class:`UnknownNodeError` if a requested id is not in the graph.
+        """
+        ids = list(dict.fromkeys(node_ids))
+        rows = self._conn.execute(
+            "WITH RECURSIVE up(id) AS (SELECT value FROM json_each(?) "
+            "UNION SELECT l.parent FROM lineage l JOIN up ON l.child = up.id) "
+            "SELECT n.id, n.version, n.body FROM up JOIN nodes n ON n.id = up.id",
+            (json.dumps(ids),),
+        ).fetchall()
+        nodes = {i: self._parsed(i, version, body) for i, version, body in rows}
+        versions = {i: version for i, version, _ in rows}
+        missing = [i for i in ids if i not in nodes]
+        if missing:
+            raise UnknownNodeError(f"no node {missing[0]!r}")
+        parents: dict[str, list[str]] = {i: [] for i in nodes}
+        edge_rows = self._conn.execute(
+            "SELECT DISTINCT child, parent FROM lineage WHERE child IN (SELECT value FROM json_each(?)) ORDER BY child, parent",
+            (json.dumps(sorted(nodes)),),
+        )
+        for child, parent in edge_rows:
+            if parent in nodes:
+                parents[child].append(parent)
+        return LineageClosure(nodes, parents, versions)
+
+    def indexed(self, node_ids: Iterable[str]) -> dict[str, tuple[Node, Inherited]]:
+        """The current node and its inherited row (effective labels with carriers, revocation,
+        path trust) for each id, from the inherited index: one query, O(len(node_ids)).
+
+        Raises :class:`UnknownNodeError` if an id is not in the graph.
+        """
+        ids = list(dict.fromkeys(node_ids))
+        if self._depth:
+            self._flush_index()  # writes pending in the open transaction are visible to it
+            return self._indexed(ids)
+        self._conn.execute("BEGIN")  # one snapshot for the index rows and the node bodies
+        try:
+            return self._indexed(ids)
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _indexed(self, ids: list[str]) -> dict[str, tuple[Node, Inherited]]:
+        out: dict[str, tuple[Node, Inherited]] = {}
+        parsed_labels = self._labels_cache
+        for start in range(0, len(ids), _MAX_VARIABLES):
+            chunk = ids[start : start + _MAX_VARIABLES]
+            uncached: list[str] = []
+            rows = self._conn.execute(
+                f"SELECT id, version, labels, revoked_by, path_trust FROM inherited WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+            for i, version, _, _, _ in rows:
+                if (i, version) not in self._cache:
+                    uncached.append(i)
+            if uncached:  # bodies only for node versions not parsed before
+                for i, version, body in self._conn.execute(f"SELECT id, version, body FROM nodes WHERE id IN ({','.join('?' * len(uncached))})", uncached):
+                    self._parsed(i, version, body)
+            for i, version, labels, revoked_by, trust in rows:
+                lab = parsed_labels.get(labels)
+                if lab is None:  # few distinct label sets: parse each once (the dicts are read-only)
+                    if len(parsed_labels) > 100_000:
+                        parsed_labels.clear()
+                    lab = parsed_labels[labels] = json.loads(labels)
+                out[i] = (self._cache[(i, version)], Inherited(lab, revoked_by, trust))
+        if len(out) != len(ids):
+            raise UnknownNodeError(f"no node {next(i for i in ids if i not in out)!r}")
+        return out
 
     def _type(self, node_id: str) -> NodeType:
         row = self._conn.execute("SELECT type FROM nodes WHERE id = ?", (node_id,)).fetchone()

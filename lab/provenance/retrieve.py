@@ -15,10 +15,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from lab.provenance.access import AccessPolicy, lineage_closure
+from lab.provenance.access import AccessPolicy
 from lab.provenance.embed import make_scorer
 from lab.provenance.graph import NodeType, ProvenanceGraph
-from lab.provenance.trust import path_trusts
 
 __all__ = ["Hit", "RetrievalResult", "Retriever"]
 
@@ -70,18 +69,20 @@ class Retriever:
             ids = [n.id for t in RECORD_TYPES for n in self.graph.nodes(t, run=run)]
         else:
             ids = list(dict.fromkeys(candidates))
-        closure = lineage_closure(self.graph, ids)  # one ancestry query serves the filter and the trust
-        eligible, excluded = self.policy.eligible(agent, ids, closure=closure)  # filtering happens before any scoring
-        excluded = dict(excluded)
-        nodes = closure.nodes
+        rows = self.graph.indexed(ids)  # one read of the inherited index serves the filter and the trust
+        scopes = self.policy.scopes(agent)
+        excluded: dict[str, str] = {}
         valid = []
-        for i in eligible:
-            if nodes[i].valid:
-                valid.append(i)
-            else:
+        for i in ids:  # filtering happens before any scoring
+            node, inh = rows[i]
+            allowed, reason = self.policy._decide(i, inh, scopes)
+            if not allowed:
+                excluded[i] = reason
+            elif not node.valid:
                 excluded[i] = "invalidated (superseded)"
-        trust = path_trusts(self.graph, valid, closure=closure) if valid else {}
-        sims = self.scorer.scores(query, [nodes[i].text for i in valid])
-        hits = [Hit(id=i, score=float(s) * trust[i], similarity=float(s), trust=trust[i], text=nodes[i].text) for i, s in zip(valid, sims)]
-        hits.sort(key=lambda h: (-h.score, h.id))
-        return RetrievalResult(agent=agent, query=query, hits=hits[:k], excluded=excluded, candidates=len(ids))
+            else:
+                valid.append(i)
+        sims = self.scorer.scores(query, [rows[i][0].text for i in valid])
+        ranked = sorted(((float(s) * rows[i][1].path_trust, i, float(s)) for i, s in zip(valid, sims)), key=lambda r: (-r[0], r[1]))
+        hits = [Hit(id=i, score=score, similarity=s, trust=rows[i][1].path_trust, text=rows[i][0].text) for score, i, s in ranked[:k]]
+        return RetrievalResult(agent=agent, query=query, hits=hits, excluded=excluded, candidates=len(ids))

@@ -33,15 +33,16 @@ record_trust(n, mode)
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable
 
 import networkx as nx
 
-from lab.provenance.access import LineageClosure, lineage_closure
+from lab.provenance.access import lineage_closure
 from lab.provenance.errors import ProvenanceError
-from lab.provenance.graph import Node, NodeType, ProvenanceGraph
+from lab.provenance.graph import NodeType, ProvenanceGraph
+from lab.provenance.lineage import LineageClosure, factor
+from lab.provenance.lineage import path_trusts_over as _path_trusts
 
 __all__ = [
     "TrustError",
@@ -62,43 +63,14 @@ class TrustError(ProvenanceError, ValueError):
     """A trust query that cannot be answered as asked (unknown mode, too many supporters)."""
 
 
-def factor(node: Node) -> float:
-    """The node's own multiplicative trust: ``trust``, or 0 if invalid or revoked."""
-    if not node.valid or node.attributes.get("revoked", False):
-        return 0.0
-    return float(node.trust)
-
-
-def _path_trusts(closure: LineageClosure) -> dict[str, float]:
-    best: dict[str, float] = {n: 0.0 for n in closure.nodes}
-    children: dict[str, list[str]] = {n: [] for n in closure.nodes}
-    heap: list[tuple[float, str]] = []
-    for n, ps in closure.parents.items():
-        for p in ps:
-            children[p].append(n)
-        if not ps:
-            best[n] = factor(closure.nodes[n])
-            heap.append((-best[n], n))
-    heapq.heapify(heap)
-    done: set[str] = set()
-    while heap:
-        neg, n = heapq.heappop(heap)
-        if n in done:
-            continue
-        done.add(n)
-        for c in children[n]:
-            val = -neg * factor(closure.nodes[c])
-            if val > best[c] and c not in done:
-                best[c] = val
-                heapq.heappush(heap, (-val, c))
-    return best
-
-
 def path_trusts(graph: ProvenanceGraph, node_ids: Iterable[str], *, closure: LineageClosure | None = None) -> dict[str, float]:
-    """:func:`path_trust` of many nodes at once (one closure query, one Dijkstra pass; ``closure``:
-    an already-fetched :func:`~lab.provenance.access.lineage_closure` covering them)."""
+    """:func:`path_trust` of many nodes at once, read from the graph's inherited index (kept current
+    on every write); with ``closure`` (a :func:`~lab.provenance.access.lineage_closure` covering
+    them) computed from scratch by a max-product Dijkstra instead."""
     ids = list(node_ids)
-    best = _path_trusts(closure if closure is not None else lineage_closure(graph, ids))
+    if closure is None:
+        return {i: inh.path_trust for i, (_, inh) in graph.indexed(ids).items()}
+    best = _path_trusts(closure)
     return {i: best[i] for i in ids}
 
 
