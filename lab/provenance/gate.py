@@ -45,9 +45,14 @@ class EvidenceRule(BaseModel):
     max_age_s: float | None = Field(None, gt=0)
 
 
+#: Every class needs evidence at least as likely right as wrong (path trust >= 0.5) and written
+#: within the last week; the costlier to undo, the more trust and independent support, and the
+#: fresher. Chosen on the validation split of :mod:`lab.provenance.tasks` (seed 1): the earlier
+#: low-risk rule (trust >= 0.3, no age limit; medium: 30 days) allowed 59 of 498 attack tasks
+#: there (stale records, unvetted summaries); these allow none, at 100% clean accuracy.
 DEFAULT_RULES: dict[Risk, EvidenceRule] = {
-    Risk.LOW: EvidenceRule(min_trust=0.3, min_independent=1, max_age_s=None),
-    Risk.MEDIUM: EvidenceRule(min_trust=0.5, min_independent=1, max_age_s=30 * _DAY),
+    Risk.LOW: EvidenceRule(min_trust=0.5, min_independent=1, max_age_s=7 * _DAY),
+    Risk.MEDIUM: EvidenceRule(min_trust=0.5, min_independent=1, max_age_s=7 * _DAY),
     Risk.HIGH: EvidenceRule(min_trust=0.7, min_independent=2, max_age_s=7 * _DAY),
     Risk.CRITICAL: EvidenceRule(min_trust=0.9, min_independent=2, max_age_s=1 * _DAY),
 }

@@ -75,9 +75,8 @@ class Retriever:
         valid = []
         for i in ids:  # filtering happens before any scoring
             node, inh = rows[i]
-            allowed, reason = self.policy._decide(i, inh, scopes)
-            if not allowed:
-                excluded[i] = reason
+            if inh.revoked_by is not None or not scopes.issuperset(inh.labels):
+                excluded[i] = self.policy._decide(i, inh, scopes)[1]  # the reason can_read gives
             elif not node.valid:
                 excluded[i] = "invalidated (superseded)"
             else:
