@@ -1,0 +1,107 @@
+"""Flow-matching image restoration: one entry point, one module per method.
+
+>>> from lab.generative.operators import get_operator
+>>> from lab.generative.priors import GaussianPrior
+>>> from lab.generative.restore import restore
+>>> out = restore("rebridge", y, op, prior, nfe=100, seed=0)        # doctest: +SKIP
+>>> out.x.shape, out.nfe, out.trajectory[10].terms["bridge_residual"]  # doctest: +SKIP
+
+Methods (``METHODS``), each reading like its paper's algorithm box:
+
+=============  =====================================================================
+``rebridge``   ReBridge-Flow, arXiv 2609.00811 (Algorithm 1), with its readings and ablations
+``pnp_flow``   PnP-Flow, Martin et al., ICLR 2025 (Algorithm 3)
+``flower``     Flower, Pourya et al., ICLR 2026 (Algorithm 1)
+``ot_ode``     OT-ODE, Pokle et al., TMLR 2024 (Algorithm 1)
+``d_flow``     D-Flow, Ben-Hamu et al., ICML 2024
+``bayes``      the exact posterior mean of an exact prior (the ceiling; 0 NFE)
+=============  =====================================================================
+
+Every method other than ``bayes`` spends exactly ``nfe`` prior evaluations; :func:`restore`
+checks it on the prior's counter and raises :class:`~lab.generative.errors.NFEBudgetError` otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from lab.generative._tensor import check_batch, make_generator
+from lab.generative.errors import MethodError, NFEBudgetError
+from lab.generative.restore import bayes, d_flow, flower, ot_ode, pnp_flow, rebridge  # noqa: F401  (register)
+from lab.generative.restore.base import METHODS, RestorationMethod, RestorationResult, register
+
+__all__ = ["restore", "METHODS", "RestorationMethod", "RestorationResult", "register", "available_methods", "get_method"]
+
+
+def available_methods() -> list[str]:
+    """Registered method names."""
+    return sorted(METHODS)
+
+
+def get_method(method: str | RestorationMethod, **hyper) -> RestorationMethod:
+    """A method instance from its name and hyper-parameters (or the instance itself, without hyper)."""
+    if isinstance(method, RestorationMethod):
+        if hyper:
+            raise MethodError("pass hyper-parameters either to the method instance or to restore(), not both")
+        return method
+    if method not in METHODS:
+        raise MethodError(f"unknown restoration method {method!r}; known: {', '.join(available_methods())}")
+    return METHODS[method](**hyper)
+
+
+def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, nfe: int, seed: int | None = 0,
+            **hyper) -> RestorationResult:
+    """Restore ``x`` from ``y = H x + sigma_y n`` with a flow prior, at a fixed number of network evaluations.
+
+    Parameters
+    ----------
+    method : str or RestorationMethod
+        A name from :func:`available_methods` (``"rebridge"``, ``"pnp_flow"``, ``"flower"``,
+        ``"ot_ode"``, ``"d_flow"``, ``"bayes"``) or an instance.
+    y : tensor (B, *operator.measurement_shape)
+        Float measurements on the [-1, 1] scale, on any device (the result lives there too).
+    operator : lab.generative.operators.LinearOperator
+    prior : lab.generative.priors.FlowPrior
+        Same image shape as the operator; its ``nfe`` counter is used to check the budget.
+    nfe : int >= 1
+        Prior evaluations to spend (one batched ``velocity``/``clean_estimate`` call = 1).
+    seed : int or None
+        Seeds a CPU generator for every random draw (same result on every device up to rounding).
+    **hyper
+        The method's hyper-parameters (see its ``Config``).
+
+    Returns
+    -------
+    RestorationResult
+
+    Raises
+    ------
+    MethodError
+        Unknown method or hyper-parameter, or shapes that do not fit together.
+    NFEBudgetError
+        ``nfe`` cannot be split as the method needs, or the method used a different number.
+    """
+    m = get_method(method, **hyper)
+    if tuple(operator.shape) != tuple(prior.shape):
+        raise MethodError(f"{m.name}: operator images {tuple(operator.shape)} and prior images {tuple(prior.shape)} differ")
+    check_batch(y, operator.measurement_shape, f"restore[{m.name}]", "y", MethodError)
+    if m.uses_nfe and (int(nfe) != nfe or nfe < 1):
+        raise NFEBudgetError(f"{m.name}: nfe must be an integer >= 1, got {nfe!r}")
+    cfg = m.resolve(operator)
+    generator = make_generator(seed)
+    start = prior.nfe
+    if y.is_cuda:
+        torch.cuda.synchronize(y.device)
+    t0 = time.perf_counter()
+    x, trajectory = m.run(y, operator, prior, int(nfe) if m.uses_nfe else 0, generator, cfg)
+    if y.is_cuda:
+        torch.cuda.synchronize(y.device)
+    seconds = time.perf_counter() - t0
+    used = prior.nfe - start
+    if m.uses_nfe and used != int(nfe):
+        raise NFEBudgetError(f"{m.name}: used {used} prior evaluations, budget was {nfe}")
+    return RestorationResult(x=x.detach(), method=m.name, nfe=used, seed=seed, hyper=dataclasses.asdict(cfg),
+                             seconds=seconds, trajectory=trajectory)
