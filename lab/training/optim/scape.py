@@ -775,6 +775,9 @@ class SCAPE(torch.optim.Optimizer):
         if entry.get("config") != self._config():
             raise ScapeError(f"SCAPE.load_state_dict: layout {entry.get('config')} differs from this optimizer's {self._config()}")
         super().load_state_dict(state_dict)
+        # torch's load_state_dict replaces the param_group dicts: re-point the per-parameter view,
+        # else steps after a resume read the stale groups (e.g. the lr a schedule sets on param_groups)
+        self._group_of = [g for g in self.param_groups for _ in g["params"]]
         sc = self.state[_KEY]
         self.state[_KEY] = {
             k: (v.clone() if isinstance(v, torch.Tensor) else (dict(v) if isinstance(v, dict) else v)) for k, v in sc.items()

