@@ -8,10 +8,13 @@ nothing themselves.
 * :class:`LiveSitesDashboard` -- that live view: queues, placement decisions and events from the event log.
 * :class:`ProvenanceExplorer` -- an agent run's execution graph: trust, eligibility for an agent, gate
   decisions; click a node for its lineage and details.
+* :class:`TrainingMonitor` -- training runs followed live from their event log: loss, step time split into
+  compute and communication, bytes sent, codec error, overlaid per run, and every rank's status.
 """
 
 from widgets.live_dashboard import LiveSitesDashboard
 from widgets.provenance_explorer import ProvenanceExplorer
 from widgets.queue_dashboard import QueueDashboard
+from widgets.training_monitor import TrainingMonitor
 
-__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard"]
+__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "TrainingMonitor"]
