@@ -17,8 +17,22 @@ Methods (``METHODS``), each reading like its paper's algorithm box:
 ``bayes``      the exact posterior mean of an exact prior (the ceiling; 0 NFE)
 =============  =====================================================================
 
+and the lab's own variant (not a paper's method):
+
+==================  ================================================================
+``recoupled_admm``  ReBridge-Flow's endpoints (Eqs. 3, 7) in a scaled ADMM splitting: the
+                    source endpoint carries the multiplier, the state is re-projected onto
+                    the re-coupled bridge (:mod:`~lab.generative.restore.recoupled_admm`)
+==================  ================================================================
+
 Every method other than ``bayes`` spends exactly ``nfe`` prior evaluations; :func:`restore`
 checks it on the prior's counter and raises :class:`~lab.generative.errors.NFEBudgetError` otherwise.
+
+Hyper-parameters: by default each method runs with its paper's values (``Config`` defaults and
+per-task ``TASK_DEFAULTS``), so "as written" results never depend on a file. ``hyper="tuned"``
+opts in to the values chosen on a validation split by :mod:`lab.generative.tuning` and committed in
+``lab/generative/restore/tuned.json`` for the prior's ``tuning_key`` (``hyper="tuned:<kind>"`` names
+the kind explicitly); explicit keyword arguments override either.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ import torch
 
 from lab.generative._tensor import check_batch, make_generator
 from lab.generative.errors import MethodError, NFEBudgetError
-from lab.generative.restore import bayes, d_flow, flower, ot_ode, pnp_flow, rebridge  # noqa: F401  (register)
+from lab.generative.restore import bayes, d_flow, flower, ot_ode, pnp_flow, rebridge, recoupled_admm  # noqa: F401  (register)
 from lab.generative.restore.base import METHODS, RestorationMethod, RestorationResult, register
 
 __all__ = ["restore", "METHODS", "RestorationMethod", "RestorationResult", "register", "available_methods", "get_method"]
@@ -53,14 +67,14 @@ def get_method(method: str | RestorationMethod, **hyper) -> RestorationMethod:
 
 
 def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, nfe: int, seed: int | None = 0,
-            **hyper) -> RestorationResult:
+            hyper: str | dict | None = None, **kw) -> RestorationResult:
     """Restore ``x`` from ``y = H x + sigma_y n`` with a flow prior, at a fixed number of network evaluations.
 
     Parameters
     ----------
     method : str or RestorationMethod
         A name from :func:`available_methods` (``"rebridge"``, ``"pnp_flow"``, ``"flower"``,
-        ``"ot_ode"``, ``"d_flow"``, ``"bayes"``) or an instance.
+        ``"ot_ode"``, ``"d_flow"``, ``"recoupled_admm"``, ``"bayes"``) or an instance.
     y : tensor (B, *operator.measurement_shape)
         Float measurements on the [-1, 1] scale, on any device (the result lives there too).
     operator : lab.generative.operators.LinearOperator
@@ -70,20 +84,31 @@ def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, n
         Prior evaluations to spend (one batched ``velocity``/``clean_estimate`` call = 1).
     seed : int or None
         Seeds a CPU generator for every random draw (same result on every device up to rounding).
-    **hyper
-        The method's hyper-parameters (see its ``Config``).
+    hyper : None, "paper", "tuned", "tuned:<kind>" or dict
+        Where hyper-parameters come from. None/``"paper"`` (default): the paper's values.
+        ``"tuned"``: the values of ``lab/generative/restore/tuned.json`` for ``prior.tuning_key``, the
+        operator's task and this method, at the tuned NFE nearest ``nfe``
+        (:func:`lab.generative.tuning.tuned_hyper`); ``"tuned:<kind>"`` names the prior kind. A dict
+        is used as the base values. Raises :class:`MethodError` when no tuned entry exists.
+    **kw
+        The method's hyper-parameters (see its ``Config``); they override ``hyper``.
 
     Returns
     -------
     RestorationResult
+        ``hyper`` holds the resolved values, ``hyper_source`` where they came from.
 
     Raises
     ------
     MethodError
-        Unknown method or hyper-parameter, or shapes that do not fit together.
+        Unknown method or hyper-parameter, no tuned values, or shapes that do not fit together.
     NFEBudgetError
         ``nfe`` cannot be split as the method needs, or the method used a different number.
     """
+    base, source = _base_hyper(method, hyper, operator, prior, nfe)
+    if kw:
+        source += "+explicit"
+    hyper = {**base, **kw}
     m = get_method(method, **hyper)
     if tuple(operator.shape) != tuple(prior.shape):
         raise MethodError(f"{m.name}: operator images {tuple(operator.shape)} and prior images {tuple(prior.shape)} differ")
@@ -104,4 +129,27 @@ def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, n
     if m.uses_nfe and used != int(nfe):
         raise NFEBudgetError(f"{m.name}: used {used} prior evaluations, budget was {nfe}")
     return RestorationResult(x=x.detach(), method=m.name, nfe=used, seed=seed, hyper=dataclasses.asdict(cfg),
-                             seconds=seconds, trajectory=trajectory)
+                             seconds=seconds, trajectory=trajectory, hyper_source=source)
+
+
+def _base_hyper(method, hyper, operator, prior, nfe) -> tuple[dict, str]:
+    """The base hyper-parameters and their source for :func:`restore` (see its ``hyper``)."""
+    if hyper is None or hyper == "paper":
+        return {}, "paper"
+    if isinstance(hyper, dict):
+        return dict(hyper), "explicit"
+    if isinstance(hyper, str) and (hyper == "tuned" or hyper.startswith("tuned:")):
+        if isinstance(method, RestorationMethod):
+            raise MethodError("hyper='tuned' needs a method name, not an instance (the instance already holds its values)")
+        name = method
+        kind = hyper.partition(":")[2] or getattr(prior, "tuning_key", None)
+        if not kind:
+            raise MethodError(
+                f"{name}: hyper='tuned' needs the prior's kind: set prior.tuning_key (e.g. 'gaussian-digits') "
+                f"or pass hyper='tuned:<kind>'"
+            )
+        from lab.generative.tuning import tuned_hyper  # lazy: tuning imports this package
+
+        values, tuned_nfe = tuned_hyper(kind, getattr(operator, "name", "?"), name, int(nfe) if nfe else 0)
+        return values, f"tuned:{kind}@nfe={tuned_nfe}"
+    raise MethodError(f"hyper must be None, 'paper', 'tuned', 'tuned:<kind>' or a dict, got {hyper!r}")

@@ -37,7 +37,12 @@ class RestorationResult:
     seconds : float
         Wall-clock time of the method call (device synchronised).
     trajectory : list or None
-        Per-step records for methods that keep them (ReBridge-Flow: :class:`~lab.generative.restore.rebridge.BridgeStep`).
+        Per-step records for methods that keep them (ReBridge-Flow: :class:`~lab.generative.restore.rebridge.BridgeStep`;
+        the re-coupled ADMM variant: :class:`~lab.generative.restore.recoupled_admm.ADMMStep`).
+    hyper_source : str
+        Where the hyper-parameters came from: ``"paper"`` (the method's defaults, per-task defaults
+        included) or ``"tuned:<prior kind>@nfe=<n>"`` (``lab/generative/restore/tuned.json``); keyword
+        arguments given to :func:`~lab.generative.restore.restore` override either and add ``"+explicit"``.
     """
 
     x: torch.Tensor
@@ -47,6 +52,7 @@ class RestorationResult:
     hyper: dict
     seconds: float = 0.0
     trajectory: list | None = None
+    hyper_source: str = "paper"
 
 
 class RestorationMethod:

@@ -50,7 +50,8 @@ from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
 from lab.generative.restore.base import RestorationMethod, register
 
-__all__ = ["ReBridgeFlow", "BridgeStep", "Endpoints", "decode_endpoints", "gamma_t", "recouple", "defect_terms"]
+__all__ = ["ReBridgeFlow", "BridgeStep", "Endpoints", "decode_endpoints", "gamma_t", "anchor_clean_side", "recouple",
+           "defect_terms"]
 
 READINGS = ("paper", "clean_side_only", "projected")
 RECORDS = ("none", "scalars", "full")
@@ -82,6 +83,16 @@ def gamma_t(t: float, sigma_y: float, rho: float, lam: float, kappa: float) -> f
     return sigma_y**2 * (rho + kappa * lam * t**2 / D)
 
 
+def anchor_clean_side(b: torch.Tensor, y: torch.Tensor, operator, gamma: float) -> torch.Tensor:
+    """Clean-side anchoring (Eq. 7): ``b + H^T (H H^T + gamma I)^{-1} (y - H b)``.
+
+    The minimiser of ``||H z - y||^2 / (2 sigma_y^2) + (gamma / sigma_y^2) / 2 ||z - b||^2``: the
+    proximal step of the data term with weight ``gamma / sigma_y^2`` on ``b`` (for ``gamma = 0`` the
+    projection onto ``{z : H z = y}`` along the row space of ``H``).
+    """
+    return b + operator.H_adjoint(operator.solve_HHt_plus(y - operator.H(b), gamma))
+
+
 def recouple(x: torch.Tensor, t: float, v: torch.Tensor, y: torch.Tensor, operator,
              rho: float = 1.0, lam: float = 1.0, kappa: float = 5.0) -> Endpoints:
     """Closed-form posterior bridge re-coupling at state ``x`` and time ``t`` (Eqs. 3, 7, 8).
@@ -101,7 +112,7 @@ def recouple(x: torch.Tensor, t: float, v: torch.Tensor, y: torch.Tensor, operat
     """
     a_hat, b_hat = decode_endpoints(x, v, t)
     g = gamma_t(t, operator.sigma_y, rho, lam, kappa)
-    b_bar = b_hat + operator.H_adjoint(operator.solve_HHt_plus(y - operator.H(b_hat), g))
+    b_bar = anchor_clean_side(b_hat, y, operator, g)
     D = lam + kappa * (1 - t) ** 2
     a_bar = (lam * a_hat + kappa * (1 - t) * (x - t * b_bar)) / D
     return Endpoints(a_hat, b_hat, b_bar, a_bar, g)
