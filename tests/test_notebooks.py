@@ -50,6 +50,14 @@ def test_notebook_runs_headless(path):
         gate = [c for c in nb.cells if c.cell_type == "code" and "revoke_source" in c.source][0]
         assert "allow" in _text(gate) and "block" in _text(gate)  # the gate before and after the revocation
         assert "round trip: 12 nodes, 17 edges" in out and "agent(lab:tau-airline%2Ftask32%2Ftrial1%2Fagent" in out
+    if path.name == "05_gradient_communication.ipynb":
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        out = "\n".join(_text(c) for c in code)
+        assert "4,455,420 training and 601,858 validation characters" in out  # the 42 plays through lab.data
+        assert "{'fp32': 0, 'fp8': 0, 'gift_fp8': 0, 'scape90': 0}" in out  # four 2-rank torchrun jobs, all exit 0
+        assert "all runs finished: True" in out and "fewest bytes: scape90 (0.100 of fp32)" in out
+        widget = [c for c in code if "TrainingMonitor(" in c.source][0]
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
     if path.name == "02_federated_sites.ipynb":
         out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
         assert "job.completed exit code 0 -> output: 800000" in out  # wc -l of the staged input, via the continuation

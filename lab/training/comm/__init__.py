@@ -1,8 +1,38 @@
-"""Gradient communication: codecs that turn gradients into the uint8 bytes a collective moves.
+"""Gradient communication: codecs, the GIFT transform and DDP communication hooks.
 
-See :mod:`lab.training.comm.codecs` for the formats, byte layouts and the non-finite policy.
+Modules
+-------
+codecs
+    :mod:`lab.training.comm.codecs`: gradients to the uint8 bytes a collective moves (fp32, FP8 E4M3/E5M2
+    per tensor or per block, NVFP4), with exact sizes; formats, byte layouts and the non-finite policy.
+gift
+    :mod:`lab.training.comm.gift`: GIFT (arXiv 2607.07494): :class:`Whitening` (low-rank + scalar-residual
+    powers ``A^{-1/2}`` / ``A^{1/2}`` of the damped input covariance), :class:`CovarianceTracker`,
+    :class:`LayerSelector` (the paper's saturation score, or error / gain).
+hooks
+    :mod:`lab.training.comm.hooks`: DDP hooks ``(state, bucket) -> Future`` and :func:`get_hook` for
+    ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``, with per-rank
+    byte and error accounting (:class:`StepRecord`).
 """
 
 from lab.training.comm.codecs import CODECS, Codec, Float32Codec, FP8Codec, NVFP4Codec, get_codec
+from lab.training.comm.gift import CovarianceTracker, LayerSelector, Whitening
+from lab.training.comm.hooks import (
+    HOOKS,
+    CodecHookState,
+    CommHookState,
+    ErrorFeedback,
+    GiftHookState,
+    StepRecord,
+    codec_hook,
+    fp32_hook,
+    get_hook,
+    gift_hook,
+)
 
-__all__ = ["CODECS", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec"]
+__all__ = [
+    "CODECS", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
+    "CovarianceTracker", "LayerSelector", "Whitening",
+    "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "GiftHookState", "StepRecord",
+    "codec_hook", "fp32_hook", "get_hook", "gift_hook",
+]

@@ -1,0 +1,609 @@
+"""GIFT: geometry-informed low-precision gradient communication (the transform, its statistics, layer selection).
+
+Source: Wang, Fan, Zheng, Zhang, "GIFT: Geometry-Informed Low-precision Gradient Communication for LLM
+Pretraining", arXiv 2607.07494 (SC26), as summarised in ``../shared/notes/papers-gift.md`` (the paper's
+equation numbers below follow that note) and the official artifact ``GIFT-pretraining``
+(``GIFT/megatron/core/optimizer/fisher_manager.py``). Small-scale findings that changed the design are in
+``../shared/notes/comm-check.md``.
+
+The idea
+--------
+A linear layer's weight gradient ``G`` (shape ``(out, in)``) is quantized for the data-parallel collective
+in coordinates set by the input-side K-FAC factor ``A = E[x x^T]`` of the layer's inputs ``x``
+(``(in, in)``, paper Eq. 4/6, input-side form Eq. 18-20), instead of the raw (Euclidean) coordinates:
+
+    U = G A^{-1/2}             (whiten; quantize U with error feedback in these coordinates)
+    G_hat = mean_r(Q(U_r)) A^{1/2}   (map back after the collective; the optimizer sees Euclidean grads)
+
+This module uses the SYMMETRIC square root ``A^{-1/2}`` / ``A^{1/2}``. The paper writes the transform with
+a Cholesky factor (``W L_A^{-T}``, Eq. 18) and the artifact uses a triangular solve, but the check in
+``comm-check.md`` found both Cholesky forms (``G L`` and ``G L^{-T}``) 20x worse or no better than plain
+FP8 on a real char-GPT (A's condition number 1e5-1e6); only the symmetric form helped.
+
+Low-rank + scalar residual (the exact formula)
+----------------------------------------------
+``A`` is damped, ``A_d = A + damping * mean(diag A) * I`` (damping default 1e-3, the artifact's value),
+and eigendecomposed, ``A_d = V diag(l) V^T`` with ``l_1 >= ... >= l_d > 0``. Keeping the top ``r``
+eigenpairs ``(U = V[:, :r], lam = l[:r])`` and replacing the rest by their mean ``c = mean(l_{r+1..d})``
+(an isotropic residual on the orthogonal complement of ``U``):
+
+    A_d     ~= U diag(lam) U^T + c (I - U U^T)
+    A_d^p   ~= U diag(lam^p - c^p) U^T + c^p I        (any real p; here p = -1/2 and +1/2)
+
+Both powers share one eigenbasis, so the approximate ``A^{-1/2}`` and ``A^{1/2}`` are exact inverses of
+each other for every ``r`` (communicating in fp32 through GIFT gives back the gradient up to rounding),
+the approximation is exact for ``r >= d``, and applying it costs ``O(out * in * r)``:
+``G A^p = c^p G + ((G U) * (lam^p - c^p)) U^T``. ``residual="diag"`` is the artifact's variant instead:
+``A_hat = U diag(lam) U^T + diag(max(diag(A_d - U diag(lam) U^T), floor))``, then exact powers of
+``A_hat`` by a full eigendecomposition (dense ``(in, in)`` transforms).
+
+The paper keeps ``r = 32`` (Table II, "not a model-independent constant"), tracks ``A`` by EMA 0.95 and
+refreshes every 50 steps (artifact). This module's :class:`CovarianceTracker` collects ``x x^T`` by
+forward hooks; the hook state (:class:`lab.training.comm.hooks.GiftHookState`) all-reduces it across
+data-parallel ranks (artifact behaviour, not in the paper text), applies the EMA and builds a
+:class:`Whitening` per layer.
+
+When whitening helps (measured, see the tests)
+----------------------------------------------
+FP8 is a floating-point format: with a per-tensor scale every normal value keeps ~2^-(m+1) relative
+precision, so Euclidean FP8's error is fixed by the format (e4m3 ~2.7%, e5m2 ~5.3%). Whitening lowers the
+error in ORIGINAL coordinates only when the whitened gradient ``U = G A^{-1/2}`` still concentrates its
+energy on the large-eigenvalue directions of ``A``: the rounding error is spread isotropically in ``U``
+and ``A^{1/2}`` shrinks the part of it that lands on small-eigenvalue directions. For ``G = Z A^{1/2}``
+with i.i.d. Gaussian ``Z`` (rows of ``G`` distributed exactly like ``A``) the whitened ``U = Z`` is
+isotropic and the gain is 1.0x whatever the condition number; for a gradient whose row space is the
+span of fewer inputs than ``in`` (``G = delta^T X``, ``n < in``, whitened with the same inputs'
+covariance) or whose rows are more concentrated than ``A`` (``G = Z A^{(1+a)/2}``) it is 1.6-2.8x.
+
+Layer selection (paper Fig. 3)
+------------------------------
+:class:`LayerSelector` scores each candidate layer over a window of steps and picks the top ``k``
+(or those above a threshold): ``"saturation"`` (the paper: mean fraction of Euclidean FP8 codes at the
+format's upper bound plus the fraction of non-zero values flushed to zero, the lower bound), ``"error"``
+(mean Euclidean relative error) or ``"gain"`` (Euclidean error / GIFT error, both measured locally).
+The hook state re-selects every ``M`` steps from all-reduced window sums, so every rank decides the same.
+
+Errors: :class:`~lab.training.errors.GiftError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from lab.training.comm.codecs import Codec, FP8Codec, NVFP4Codec
+from lab.training.errors import GiftError
+
+__all__ = [
+    "RESIDUALS",
+    "SELECT_BY",
+    "CovarianceTracker",
+    "LayerSelector",
+    "Whitening",
+    "euclidean_roundtrip",
+    "gift_roundtrip",
+    "relative_error",
+    "saturation_rates",
+]
+
+#: Residual models of the discarded eigenvalues (see the module docstring).
+RESIDUALS = ("scalar", "diag")
+#: Layer-selection scores of :class:`LayerSelector`.
+SELECT_BY = ("saturation", "error", "gain")
+
+
+# -- the transform ---------------------------------------------------------------------------------
+
+
+class Whitening:
+    """Approximate powers ``A_d^p`` of a damped input covariance, low-rank + scalar residual.
+
+    ``A_d^p ~= U diag(lam^p - c^p) U^T + c^p I`` with ``U`` of shape ``(d, k)`` (orthonormal columns,
+    eigenvalues descending), ``lam`` of shape ``(k,)`` and ``c`` the mean discarded eigenvalue
+    (``k == d``: exact, ``c`` unused). Built by :meth:`from_covariance`; everything is derived from the
+    float32 factors, so ranks holding the same factors (e.g. after :meth:`from_flat` of a broadcast)
+    apply bit-identical transforms on identical kernels.
+
+    Parameters
+    ----------
+    basis : Tensor
+        ``(d, k)`` float32, ``0 <= k <= d``.
+    eigenvalues : Tensor
+        ``(k,)`` float32, positive.
+    residual : float
+        ``c > 0``, the eigenvalue given to the orthogonal complement of ``basis`` (ignored when ``k == d``).
+
+    Raises
+    ------
+    GiftError
+        Shapes that do not match, non-positive or non-finite eigenvalues / residual.
+    """
+
+    __slots__ = ("basis", "eigenvalues", "residual", "dim", "_dense")
+
+    def __init__(self, basis: Tensor, eigenvalues: Tensor, residual: float):
+        if basis.dim() != 2 or eigenvalues.dim() != 1 or basis.shape[1] != eigenvalues.shape[0] or basis.shape[1] > basis.shape[0]:
+            raise GiftError(f"Whitening: basis (d, k) and eigenvalues (k,) with k <= d expected, got "
+                            f"{tuple(basis.shape)} and {tuple(eigenvalues.shape)}")
+        residual = float(residual)
+        if not (math.isfinite(residual) and residual > 0):
+            raise GiftError(f"Whitening: residual eigenvalue must be finite and > 0, got {residual}")
+        if eigenvalues.numel() and not bool(torch.isfinite(eigenvalues).all() and (eigenvalues > 0).all()):
+            raise GiftError("Whitening: eigenvalues must be finite and > 0")
+        self.basis = basis.detach().to(torch.float32).contiguous()
+        self.eigenvalues = eigenvalues.detach().to(torch.float32).contiguous()
+        self.residual = float(torch.tensor(residual, dtype=torch.float32))
+        self.dim = int(basis.shape[0])
+        self._dense: dict[float, Tensor] = {}
+
+    # construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def identity(cls, dim: int, device: torch.device | str | None = None) -> Whitening:
+        """The identity transform (``k = 0``, ``c = 1``): GIFT degenerates to Euclidean quantization."""
+        return cls(torch.zeros(dim, 0, device=device), torch.zeros(0, device=device), 1.0)
+
+    @classmethod
+    def from_covariance(cls, cov: Tensor, rank: int = 32, damping: float = 1e-3, residual: str = "scalar") -> Whitening:
+        """Damp, eigendecompose (float64) and truncate an input covariance.
+
+        Parameters
+        ----------
+        cov : Tensor
+            ``(d, d)`` symmetric positive semi-definite (symmetrised here), any float dtype.
+        rank : int
+            ``r >= 1``: eigenpairs kept (paper: 32). ``r >= d`` gives the exact powers.
+        damping : float
+            ``>= 0``; ``A_d = A + damping * mean(diag A) * I`` (artifact: 1e-3). Eigenvalues are floored
+            at ``max(damping * mean(diag A), 1e-12 * l_max)``.
+        residual : {"scalar", "diag"}
+            ``"scalar"``: discarded eigenvalues replaced by their mean ``c`` (module docstring).
+            ``"diag"``: the artifact's low-rank + diagonal ``A_hat``, then its exact powers.
+
+        Returns
+        -------
+        Whitening
+            The identity when ``A`` is all zeros (no inputs seen).
+
+        Raises
+        ------
+        GiftError
+            ``cov`` not square 2-D or not finite; bad ``rank``, ``damping`` or ``residual``.
+        """
+        if not isinstance(cov, Tensor) or cov.dim() != 2 or cov.shape[0] != cov.shape[1] or cov.shape[0] == 0:
+            raise GiftError(f"covariance must be a square (d, d) tensor with d >= 1, got {getattr(cov, 'shape', type(cov))}")
+        _check_rank(rank)
+        if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
+            raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
+        if residual not in RESIDUALS:
+            raise GiftError(f"residual must be one of {RESIDUALS}, got {residual!r}")
+        a = cov.detach().to(torch.float64)
+        if not bool(torch.isfinite(a).all()):
+            raise GiftError("covariance has non-finite entries")
+        d = a.shape[0]
+        a = 0.5 * (a + a.T)
+        mean_diag = float(a.diagonal().mean())
+        if mean_diag <= 0.0:
+            return cls.identity(d, device=cov.device)
+        delta = damping * mean_diag
+        a = a + delta * torch.eye(d, dtype=torch.float64, device=a.device)
+        lam, vec = torch.linalg.eigh(a)
+        lam, vec = lam.flip(0), vec.flip(1)
+        floor = max(delta, 1e-12 * float(lam[0].clamp_min(0)), 1e-300)
+        lam = lam.clamp_min(floor)
+        k = min(rank, d)
+        if residual == "diag" and k < d:
+            low = (vec[:, :k] * lam[:k]) @ vec[:, :k].T
+            diag = (a.diagonal() - low.diagonal()).clamp_min(floor)
+            lam, vec = torch.linalg.eigh(low + torch.diag(diag))
+            lam, vec = lam.flip(0).clamp_min(floor), vec.flip(1)
+            k = d
+        c = float(lam[k:].mean()) if k < d else 1.0
+        return cls(vec[:, :k], lam[:k], c)
+
+    @classmethod
+    def from_flat(cls, flat: Tensor, dim: int, k: int) -> Whitening:
+        """Inverse of :meth:`to_flat` (``dim * k + k + 1`` float32 values)."""
+        if flat.numel() != dim * k + k + 1:
+            raise GiftError(f"flat whitening of dim {dim}, rank {k} needs {dim * k + k + 1} values, got {flat.numel()}")
+        flat = flat.to(torch.float32)
+        return cls(flat[: dim * k].view(dim, k), flat[dim * k : dim * k + k], float(flat[-1]))
+
+    def to_flat(self) -> Tensor:
+        """The factors as one float32 vector ``[basis (row-major), eigenvalues, c]`` of ``d k + k + 1`` values."""
+        c = torch.tensor([self.residual], dtype=torch.float32, device=self.basis.device)
+        return torch.cat([self.basis.reshape(-1), self.eigenvalues, c])
+
+    @property
+    def rank(self) -> int:
+        """``k``, the number of eigenpairs kept (``d`` when exact)."""
+        return int(self.basis.shape[1])
+
+    @property
+    def flat_numel(self) -> int:
+        """Length of :meth:`to_flat` (``d k + k + 1``)."""
+        return self.dim * self.rank + self.rank + 1
+
+    @property
+    def condition_number(self) -> float:
+        """Largest over smallest eigenvalue of the approximation (``lam_1 / min(lam_k, c)``)."""
+        if self.rank == 0:
+            return 1.0
+        lo = float(self.eigenvalues[-1]) if self.rank == self.dim else min(float(self.eigenvalues[-1]), self.residual)
+        return float(self.eigenvalues[0]) / lo
+
+    # application -------------------------------------------------------------------------------
+
+    def matrix(self, p: float) -> Tensor:
+        """The dense ``(d, d)`` float64 matrix ``U diag(lam^p - c^p) U^T + c^p I`` (``U diag(lam^p) U^T`` if exact)."""
+        u = self.basis.to(torch.float64)
+        lam = self.eigenvalues.to(torch.float64)
+        if self.rank == self.dim:
+            return (u * lam.pow(p)) @ u.T
+        cp = float(torch.tensor(self.residual, dtype=torch.float64).pow(p))
+        out = (u * (lam.pow(p) - cp)) @ u.T
+        out.diagonal().add_(cp)
+        return out
+
+    def apply(self, g: Tensor, p: float) -> Tensor:
+        """``g @ A_d^p`` for ``g`` of shape ``(..., d)``; float32 result.
+
+        Uses the dense ``(d, d)`` matrix (cached per ``p``) when ``k > d / 2``, else the low-rank form
+        ``c^p g + ((g U) * (lam^p - c^p)) U^T`` (``O(numel * k)``).
+
+        Raises
+        ------
+        GiftError
+            ``g``'s last dimension is not ``d``.
+        """
+        if g.dim() == 0 or g.shape[-1] != self.dim:
+            raise GiftError(f"whitening of dim {self.dim} applied to a tensor of shape {tuple(g.shape)}")
+        g = g.to(torch.float32)
+        if 2 * self.rank > self.dim:
+            m = self._dense.get(p)
+            if m is None or m.device != g.device:
+                m = self.matrix(p).to(device=g.device, dtype=torch.float32)
+                self._dense[p] = m
+            return g @ m
+        cp = float(torch.tensor(self.residual, dtype=torch.float64).pow(p))
+        if self.rank == 0:
+            return g * cp
+        u = self.basis.to(g.device)
+        coef = (self.eigenvalues.to(device=g.device, dtype=torch.float64).pow(p) - cp).to(torch.float32)
+        return ((g @ u) * coef) @ u.T + cp * g
+
+    def whiten(self, g: Tensor) -> Tensor:
+        """``g A^{-1/2}`` (the communication coordinates)."""
+        return self.apply(g, -0.5)
+
+    def unwhiten(self, u: Tensor) -> Tensor:
+        """``u A^{1/2}`` (back to Euclidean coordinates; exact inverse of :meth:`whiten` up to rounding)."""
+        return self.apply(u, 0.5)
+
+
+def _check_rank(rank: object) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise GiftError(f"rank must be an int >= 1, got {rank!r}")
+    return rank
+
+
+# -- measuring -------------------------------------------------------------------------------------
+
+
+def relative_error(approx: Tensor, ref: Tensor) -> float:
+    """``||approx - ref||_2 / ||ref||_2`` (paper Eq. 21, RelL2) in float64; 0 if both are zero, inf if only ``ref`` is."""
+    err = float(torch.linalg.vector_norm((approx.to(torch.float64) - ref.to(torch.float64)).reshape(-1)))
+    den = float(torch.linalg.vector_norm(ref.to(torch.float64).reshape(-1)))
+    if den == 0.0:
+        return 0.0 if err == 0.0 else math.inf
+    return err / den
+
+
+def euclidean_roundtrip(codec: Codec, g: Tensor) -> Tensor:
+    """``decode(encode(g))`` reshaped like ``g`` (float32): the Euclidean one-step round trip."""
+    return codec.decode(codec.encode(g), g.numel()).view(g.shape)
+
+
+def gift_roundtrip(codec: Codec, g: Tensor, whitening: Whitening) -> Tensor:
+    """``decode(encode(g A^{-1/2})) A^{1/2}`` (float32, shape of ``g``): GIFT's one-step round trip without error feedback."""
+    u = whitening.whiten(g)
+    return whitening.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape))
+
+
+def saturation_rates(codec: Codec, payload: Tensor, x: Tensor) -> tuple[float, float]:
+    """Fractions of the ``n`` encoded values at the format's upper and lower bound (paper Fig. 3).
+
+    Upper: the code's magnitude is the format maximum (FP8: 448 / 57344 times the scale; NVFP4: 6 times
+    the block scale), i.e. the value was at or rounded/clamped to the top of its scale group. Lower: a
+    non-zero input value encoded as zero (flushed below the smallest subnormal of its scale group).
+
+    Parameters
+    ----------
+    codec : Codec
+        :class:`FP8Codec` or :class:`NVFP4Codec` (other codecs report ``(0.0, 0.0)``).
+    payload : Tensor
+        ``codec.encode(x)``, 1-D uint8.
+    x : Tensor
+        The encoded tensor (any shape, ``n`` elements).
+    """
+    n = x.numel()
+    if n == 0:
+        return 0.0, 0.0
+    nonzero = x.reshape(-1) != 0
+    if isinstance(codec, FP8Codec):
+        ns = codec.num_scales(n)
+        codes = payload[4 * ns :].view(codec.dtype).to(torch.float32)
+        upper = int((codes.abs() == codec.fmt_max).sum())
+        lower = int(((codes == 0) & nonzero).sum())
+    elif isinstance(codec, NVFP4Codec):
+        nb = codec.num_blocks(n)
+        packed = payload[4 + nb :]
+        mags = torch.stack([packed & 7, (packed >> 4) & 7], dim=1).reshape(-1)[:n]
+        upper = int((mags == 7).sum())
+        lower = int(((mags == 0) & nonzero).sum())
+    else:
+        return 0.0, 0.0
+    return upper / n, lower / n
+
+
+# -- input covariance ------------------------------------------------------------------------------
+
+
+def _triu_pack(m: Tensor) -> Tensor:
+    d = m.shape[0]
+    iu = torch.triu_indices(d, d, device=m.device)
+    return m[iu[0], iu[1]]
+
+
+def _triu_unpack(v: Tensor, d: int) -> Tensor:
+    iu = torch.triu_indices(d, d, device=v.device)
+    m = torch.zeros(d, d, dtype=v.dtype, device=v.device)
+    m[iu[0], iu[1]] = v
+    return m + m.T - torch.diag(m.diagonal())
+
+
+class CovarianceTracker:
+    """Sums ``x^T x`` and row counts of the inputs of named ``nn.Linear`` layers (forward hooks).
+
+    Only forwards of modules in training mode with autograd enabled count (evaluation passes under
+    ``torch.no_grad()`` do not), and only when ``active(name)`` is true. An input of shape
+    ``(..., in)`` adds ``n = prod(...)`` rows. Sums are float32 on the module's device.
+
+    Parameters
+    ----------
+    layers : Mapping[str, Sequence[nn.Linear]]
+        Layer name -> the ``nn.Linear`` modules whose inputs feed that layer's factor (several when a
+        weight is shared); all must have the same ``in_features``.
+    active : Callable[[str], bool]
+        Asked at every forward whether this layer collects now.
+
+    Raises
+    ------
+    GiftError
+        Modules of one layer with different ``in_features``.
+    """
+
+    def __init__(self, layers: Mapping[str, Sequence[nn.Linear]], active: Callable[[str], bool]):
+        self.active = active
+        self.dims: dict[str, int] = {}
+        self._sums: dict[str, Tensor] = {}
+        self._counts: dict[str, int] = {}
+        self._handles = []
+        for name, mods in layers.items():
+            dims = {m.in_features for m in mods}
+            if len(dims) != 1:
+                raise GiftError(f"layer {name!r}: modules sharing a weight have different in_features {sorted(dims)}")
+            self.dims[name] = dims.pop()
+            self._counts[name] = 0
+            for m in mods:
+                self._handles.append(m.register_forward_hook(self._make_hook(name)))
+
+    def _make_hook(self, name: str):
+        d = self.dims[name]
+
+        def hook(module: nn.Module, inputs: tuple, output: object) -> None:
+            if not (module.training and torch.is_grad_enabled()) or not inputs or not self.active(name):
+                return
+            x = inputs[0].detach().reshape(-1, d).to(torch.float32)
+            s = self._sums.get(name)
+            if s is None or s.device != x.device:
+                s = self._sums[name] = torch.zeros(d, d, dtype=torch.float32, device=x.device)
+            s.addmm_(x.T, x)
+            self._counts[name] += x.shape[0]
+
+        return hook
+
+    def count(self, name: str) -> int:
+        """Rows collected for ``name`` since the last :meth:`take`."""
+        return self._counts[name]
+
+    def packed_numel(self, names: Iterable[str]) -> int:
+        """Length of :meth:`take`'s vector: ``sum d (d + 1) / 2`` plus one count per layer."""
+        names = list(names)
+        return sum(self.dims[n] * (self.dims[n] + 1) // 2 for n in names) + len(names)
+
+    def take(self, names: Sequence[str], device: torch.device | str = "cpu") -> Tensor:
+        """Pack and reset: float32 ``[triu(S_1), ..., triu(S_L), n_1, ..., n_L]`` (upper triangles, row-major).
+
+        Row counts travel as float32, exact up to 2**24 rows per layer between refreshes.
+        """
+        parts, counts = [], []
+        for n in names:
+            d = self.dims[n]
+            s = self._sums.pop(n, None)
+            parts.append(_triu_pack(s).to(device) if s is not None else torch.zeros(d * (d + 1) // 2, device=device))
+            counts.append(float(self._counts[n]))
+            self._counts[n] = 0
+        return torch.cat(parts + [torch.tensor(counts, dtype=torch.float32, device=device)])
+
+    def unpack(self, vec: Tensor, names: Sequence[str]) -> dict[str, tuple[Tensor, float]]:
+        """Inverse of :meth:`take` (after an all-reduce): name -> (symmetric ``(d, d)`` sum, row count)."""
+        out, pos = {}, 0
+        counts = vec[-len(names):] if names else vec[:0]
+        for i, n in enumerate(names):
+            d = self.dims[n]
+            m = d * (d + 1) // 2
+            out[n] = (_triu_unpack(vec[pos : pos + m], d), float(counts[i]))
+            pos += m
+        if pos + len(names) != vec.numel():
+            raise GiftError(f"covariance vector of {vec.numel()} values does not match layers {list(names)}")
+        return out
+
+    def close(self) -> None:
+        """Remove the forward hooks."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+
+# -- layer selection -------------------------------------------------------------------------------
+
+
+class LayerSelector:
+    """Scores candidate layers over a window of steps and selects the ones GIFT whitens.
+
+    Window sums per layer (:attr:`FIELDS`): upper-bound hits, lower-bound hits, Euclidean relative
+    error, number of Euclidean observations, GIFT relative error, number of GIFT observations. Scores:
+
+    - ``"saturation"`` (paper Fig. 3): mean upper-hit rate + mean lower-hit rate of Euclidean FP8;
+    - ``"error"``: mean Euclidean relative error;
+    - ``"gain"``: mean Euclidean error / mean GIFT error (0 for layers without a GIFT observation).
+
+    Layers with no observation in the window are never selected, and with ``"gain"`` neither are layers
+    whose gain is ``<= 1`` (GIFT no better than Euclidean there), so top-``k`` may select fewer than ``k``. Selection takes the ``k`` best
+    (``k`` an int, or a fraction of the candidates rounded up) or, with ``threshold``, every layer whose
+    score is ``>= threshold``; ties go to the earlier candidate. Callers that need identical decisions on
+    every rank pass the all-reduced :meth:`window_vector` to :meth:`select`.
+
+    Parameters
+    ----------
+    names : Sequence[str]
+        Candidate layer names, in a fixed order (the same on every rank).
+    select_by : {"saturation", "error", "gain"}
+    k : int or float
+        Top-``k`` count (int >= 1) or fraction in (0, 1].
+    threshold : float, optional
+        Select by threshold instead of top-``k``.
+    warmup : int or None
+        First selection at this step (the window before it is the warm-up); None when an initial
+        selection is given (``initial``).
+    every : int or None
+        Re-select every ``every`` steps after the first selection (step 0 when ``initial`` is given).
+    initial : Sequence[str], optional
+        Selection in force from step 0 (the paper's fixed set S).
+
+    Raises
+    ------
+    GiftError
+        Bad parameters or an ``initial`` name that is not a candidate.
+    """
+
+    FIELDS = ("upper", "lower", "euclid_err", "n_euclid", "gift_err", "n_gift")
+
+    def __init__(self, names: Sequence[str], *, select_by: str = "saturation", k: int | float = 0.25,
+                 threshold: float | None = None, warmup: int | None = 20, every: int | None = 100,
+                 initial: Sequence[str] | None = None):
+        self.names = tuple(names)
+        if len(set(self.names)) != len(self.names):
+            raise GiftError("candidate layer names must be unique")
+        if select_by not in SELECT_BY:
+            raise GiftError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
+        if isinstance(k, bool) or not (isinstance(k, int) and k >= 1 or isinstance(k, float) and 0 < k <= 1):
+            raise GiftError(f"select_k must be an int >= 1 or a fraction in (0, 1], got {k!r}")
+        if threshold is not None and not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+            raise GiftError(f"select_threshold must be a finite number or None, got {threshold!r}")
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise GiftError(f"reselect_every must be an int >= 1 or None, got {every!r}")
+        if initial is None:
+            if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+                raise GiftError(f"select_warmup must be an int >= 1 when no layers are given, got {warmup!r}")
+            self.start, self.selected = warmup, ()
+        else:
+            unknown = [n for n in initial if n not in self.names]
+            if unknown:
+                raise GiftError(f"layers {unknown} are not candidate nn.Linear layers; candidates: {list(self.names)}")
+            self.start, self.selected = None, tuple(n for n in self.names if n in set(initial))
+        self.select_by, self.k, self.threshold, self.every = select_by, k, threshold, every
+        self.window = torch.zeros(len(self.names), len(self.FIELDS), dtype=torch.float64)
+        self._index = {n: i for i, n in enumerate(self.names)}
+        #: One dict per selection: ``step``, ``selected`` (tuple), ``scores`` (name -> float), ``window`` (name -> dict of means).
+        self.history: list[dict] = []
+
+    @property
+    def top_k(self) -> int:
+        """The number of layers a top-``k`` selection takes."""
+        return min(len(self.names), self.k if isinstance(self.k, int) else max(1, math.ceil(self.k * len(self.names))))
+
+    def due(self, step: int) -> bool:
+        """Whether a selection happens at the start of ``step``."""
+        if self.start is not None and step == self.start:
+            return True
+        base = 0 if self.start is None else self.start
+        return self.every is not None and step > base and (step - base) % self.every == 0
+
+    def collecting(self, step: int) -> bool:
+        """Whether observations at ``step`` can still feed a future selection."""
+        return self.every is not None or (self.start is not None and step < self.start)
+
+    def observe(self, name: str, *, upper: float | None = None, lower: float | None = None,
+                euclid_err: float | None = None, gift_err: float | None = None) -> None:
+        """Add one step's statistics of layer ``name`` to the window (None: not observed)."""
+        row = self.window[self._index[name]]
+        if euclid_err is not None and math.isfinite(euclid_err):
+            row[0] += upper or 0.0
+            row[1] += lower or 0.0
+            row[2] += euclid_err
+            row[3] += 1
+        if gift_err is not None and math.isfinite(gift_err):
+            row[4] += gift_err
+            row[5] += 1
+
+    def window_vector(self) -> Tensor:
+        """The window sums as one float64 vector (``len(names) * 6``), e.g. to all-reduce."""
+        return self.window.reshape(-1).clone()
+
+    def scores(self, window: Tensor | None = None) -> Tensor:
+        """Per-layer float64 scores of a window (default: this rank's); -inf where unobserved."""
+        w = (self.window if window is None else window.reshape(len(self.names), len(self.FIELDS))).to(torch.float64)
+        ne, ng = w[:, 3], w[:, 5]
+        safe_ne = ne.clamp_min(1)
+        if self.select_by == "saturation":
+            s = (w[:, 0] + w[:, 1]) / safe_ne
+        elif self.select_by == "error":
+            s = w[:, 2] / safe_ne
+        else:
+            ge = w[:, 4] / ng.clamp_min(1)
+            s = torch.where((ng > 0) & (ge > 0), (w[:, 2] / safe_ne) / ge.clamp_min(1e-300), torch.zeros_like(ge))
+        return torch.where(ne > 0, s, torch.full_like(s, -math.inf))
+
+    def select(self, step: int, window: Tensor | None = None) -> tuple[str, ...]:
+        """Select from ``window`` (default: this rank's sums), record it in :attr:`history`, reset the window."""
+        w = (self.window if window is None else window.reshape(len(self.names), len(self.FIELDS))).to(torch.float64)
+        s = self.scores(w)
+        valid = torch.isfinite(s) & ((s > 1.0) if self.select_by == "gain" else torch.ones_like(s, dtype=torch.bool))
+        if self.threshold is not None:
+            chosen = {i for i in range(len(self.names)) if bool(valid[i]) and float(s[i]) >= self.threshold}
+        else:
+            order = torch.argsort(-s, stable=True).tolist()  # -inf (unobserved) sorts last
+            chosen = set([i for i in order if bool(valid[i])][: self.top_k])
+        self.selected = tuple(n for i, n in enumerate(self.names) if i in chosen)
+        means = {}
+        for i, n in enumerate(self.names):
+            ne, ng = float(w[i, 3]), float(w[i, 5])
+            means[n] = {
+                "upper": float(w[i, 0]) / ne if ne else None,
+                "lower": float(w[i, 1]) / ne if ne else None,
+                "euclid_err": float(w[i, 2]) / ne if ne else None,
+                "gift_err": float(w[i, 4]) / ng if ng else None,
+            }
+        self.history.append({
+            "step": step,
+            "selected": self.selected,
+            "scores": {n: (float(s[i]) if math.isfinite(float(s[i])) else None) for i, n in enumerate(self.names)},
+            "window": means,
+        })
+        self.window.zero_()
+        return self.selected

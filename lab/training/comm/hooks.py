@@ -1,0 +1,1011 @@
+"""DDP communication hooks: fp32 all-reduce, Euclidean FP8 / NVFP4 (with or without error feedback), GIFT.
+
+Each hook follows torch's convention (``torch.distributed.algorithms.ddp_comm_hooks``): a plain function
+``hook(state, bucket) -> torch.futures.Future[Tensor]`` registered with
+``ddp.register_comm_hook(state, hook)``; the future's value is the averaged flat bucket (same numel and
+dtype as ``bucket.buffer()``), which DDP copies into the parameters' ``.grad``. torch's own PowerSGD hook
+deadlocks on gloo with more than one bucket and ``bf16_compress_hook`` refuses CPU, so these are our own.
+
+>>> state, hook = get_hook("gift_fp8", model=model, fmt="e4m3")   # doctest: +SKIP
+>>> ddp.register_comm_hook(state, hook)                            # doctest: +SKIP
+
+Hooks (:data:`HOOKS`, :func:`get_hook`)
+--------------------------------------
+``"fp32"``
+    ``buffer / world`` then one ``all_reduce`` (SUM), exactly what DDP does without a hook (the result
+    is bit-identical to DDP's default).
+``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``
+    Euclidean low precision (:mod:`lab.training.comm.codecs`; ``fmt="e4m3"`` default or ``"e5m2"``,
+    ``block_size`` for per-block FP8 scales): every parameter's gradient in the bucket is encoded
+    separately (one scale per parameter tensor, the paper's "layer-wise" Euclidean baseline), the
+    per-parameter payloads are concatenated into one flat ``uint8`` tensor per rank and exchanged with
+    ``all_gather_single`` (formerly ``all_gather_into_tensor``; gloo cannot reduce FP8, and FP8 travels
+    as ``uint8``); every rank decodes all ranks' payloads, sums them in rank order 0..W-1 in float32 and
+    divides by W, so all replicas get bit-identical gradients. ``"fp8_ef"`` adds error feedback
+    (Seide et al. 2014; Karimireddy et al. 2019): ``x = g + r; send Q(x); r <- x - Q(x)``, per
+    parameter, local to the rank. ``"nvfp4"`` takes ``error_feedback=True`` too.
+``"gift_fp8"``, ``"gift_nvfp4"``
+    GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, input-side form Eq. 18-20, Algorithm 1):
+    the selected ``nn.Linear`` weights are sent as ``Q(G A^{-1/2} + R)`` with error feedback ``R`` in
+    the whitened coordinates and mapped back after the average with ``A^{1/2}``; biases and other
+    parameters take the Euclidean path (no error feedback unless ``euclidean_error_feedback=True``,
+    like the paper). See :class:`GiftHookState`.
+
+Accounting (per rank, per step; :class:`StepRecord`)
+----------------------------------------------------
+A step is one synchronised backward: the hook calls from ``bucket.index() == 0`` to
+``bucket.is_last()``. ``payload_bytes`` is what this rank contributes to the gradient collectives:
+``4 * numel`` (fp32 buffer; ``element_size * numel`` in general) for ``"fp32"`` and
+``sum_p codec.nbytes(p.numel())`` over the bucket's parameters for the codec hooks (the whitening does
+not change the size). ``extra_bytes`` counts the input size of every side collective (GIFT's covariance
+all-reduce and factor broadcast on refresh steps, the selection statistics on selection steps).
+``wire_bytes`` estimates what the rank sends over the network with ring algorithms:
+``(W - 1) * payload`` for ``all_gather``, ``2 (W - 1) / W * payload`` for ``all_reduce`` (side
+collectives not included). With ``measure_error=True`` each record also holds the codec's relative error
+against the fp32 gradient, computed locally before the collective: the one-step round trip without error
+feedback (``||decode(encode(T g)) T^-1 - g|| / ||g||``, paper Eq. 21), what was actually sent (including
+error feedback), and Euclidean FP8's one-step error on the same gradients, for the whole step and per
+parameter.
+
+Ordering and determinism
+------------------------
+All collectives (including GIFT's side collectives, issued at the start of a step) are issued from the
+hook body, which DDP calls in bucket order on every rank; the future callbacks only decode, so the
+collective order cannot diverge across gloo's threads (the cause of PowerSGD's deadlock). Replicas stay
+bit-identical provided every rank runs the same kernels (same torch build, device type and thread
+count), the assumption under which the post-collective map back ``A^{1/2}`` gives the same bits.
+
+Errors: :class:`~lab.training.errors.HookError` (and :class:`~lab.training.errors.GiftError`); codec
+errors (:class:`~lab.training.errors.NonFiniteError` for NaN/inf gradients with ``nonfinite="raise"``)
+propagate from the hook.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from lab.training.comm.codecs import Codec, Float32Codec, get_codec
+from lab.training.comm.gift import (
+    RESIDUALS,
+    SELECT_BY,
+    CovarianceTracker,
+    LayerSelector,
+    Whitening,
+    saturation_rates,
+)
+from lab.training.errors import GiftError, HookError
+
+__all__ = [
+    "HOOKS",
+    "CodecHookState",
+    "CommHookState",
+    "ErrorFeedback",
+    "GiftHookState",
+    "StepRecord",
+    "bucket_layout",
+    "codec_hook",
+    "fp32_hook",
+    "get_hook",
+    "gift_hook",
+]
+
+#: Names :func:`get_hook` knows.
+HOOKS = ("fp32", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4")
+
+
+# -- accounting ------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecord:
+    """What one rank sent, and how wrong it was, in one step (all buckets of one backward).
+
+    Attributes
+    ----------
+    step : int
+        0-based index of the synchronised backward.
+    payload_bytes : int
+        Bytes this rank contributed to the gradient collectives (``sum codec.nbytes``; ``4 numel`` for fp32).
+    extra_bytes : int
+        Bytes of side collectives (GIFT covariance all-reduce, factor broadcast, selection statistics).
+    wire_bytes : int
+        Ring-algorithm estimate of the bytes this rank sent for the gradient collectives.
+    fp32_bytes : int
+        ``4 * numel``: what an fp32 all-reduce contribution would be.
+    numel, buckets : int
+        Gradient elements and buckets communicated.
+    err_sq, sent_err_sq, euclid_err_sq, ref_sq : float
+        Squared L2 norms summed over the step (only with ``measure_error``): one-step round-trip error
+        (no error feedback), error of what was sent (with error feedback), Euclidean codec's one-step
+        error on the same gradients, and the fp32 gradient itself.
+    per_param : dict[str, dict[str, float]]
+        With ``measure_error``: parameter name -> ``{"rel_error", "sent_rel_error", "euclid_rel_error", "path"}``.
+    """
+
+    step: int
+    payload_bytes: int = 0
+    extra_bytes: int = 0
+    wire_bytes: int = 0
+    fp32_bytes: int = 0
+    numel: int = 0
+    buckets: int = 0
+    err_sq: float = 0.0
+    sent_err_sq: float = 0.0
+    euclid_err_sq: float = 0.0
+    ref_sq: float = 0.0
+    per_param: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def bytes_sent(self) -> int:
+        """``payload_bytes + extra_bytes``."""
+        return self.payload_bytes + self.extra_bytes
+
+    @property
+    def compression(self) -> float:
+        """``fp32_bytes / bytes_sent`` (inf when nothing was sent)."""
+        return self.fp32_bytes / self.bytes_sent if self.bytes_sent else math.inf
+
+    def _ratio(self, num: float) -> float | None:
+        if self.ref_sq == 0.0:
+            return None if num == 0.0 else math.inf
+        return math.sqrt(num / self.ref_sq)
+
+    @property
+    def rel_error(self) -> float | None:
+        """Whole-step one-step relative error ``sqrt(err_sq / ref_sq)`` (None when not measured)."""
+        return self._ratio(self.err_sq)
+
+    @property
+    def sent_rel_error(self) -> float | None:
+        """Whole-step relative error of what was sent (error feedback included)."""
+        return self._ratio(self.sent_err_sq)
+
+    @property
+    def euclid_rel_error(self) -> float | None:
+        """Whole-step one-step error the Euclidean codec would have had on the same gradients."""
+        return self._ratio(self.euclid_err_sq)
+
+    def as_dict(self) -> dict:
+        """Plain-Python dict (for event logs and widgets)."""
+        return {
+            "step": self.step, "payload_bytes": self.payload_bytes, "extra_bytes": self.extra_bytes,
+            "bytes_sent": self.bytes_sent, "wire_bytes": self.wire_bytes, "fp32_bytes": self.fp32_bytes,
+            "numel": self.numel, "buckets": self.buckets, "rel_error": self.rel_error,
+            "sent_rel_error": self.sent_rel_error, "euclid_rel_error": self.euclid_rel_error,
+            "per_param": {k: dict(v) for k, v in self.per_param.items()},
+        }
+
+
+def _norm_sq(x: Tensor) -> float:
+    x = x.reshape(-1).to(torch.float64)
+    return float(torch.dot(x, x))
+
+
+def _rel(err_sq: float, ref_sq: float) -> float:
+    if ref_sq == 0.0:
+        return 0.0 if err_sq == 0.0 else math.inf
+    return math.sqrt(err_sq / ref_sq)
+
+
+class ErrorFeedback:
+    """Per-key error-feedback residuals (local to a rank; never communicated).
+
+    ``x = g + r`` (:meth:`compensate`), send ``q = Q(x)``, then ``r <- x - q`` (:meth:`update`), so over
+    ``T`` steps ``sum_t q_t = sum_t g_t - r_T`` exactly up to float32 rounding of the additions.
+    Residuals are float32 of the compensated tensor's shape.
+    """
+
+    def __init__(self) -> None:
+        self.residuals: dict[str, Tensor] = {}
+
+    def compensate(self, key: str, x: Tensor) -> Tensor:
+        """``x + r`` (a new float32 tensor; ``x`` itself when there is no residual yet)."""
+        r = self.residuals.get(key)
+        x = x.to(torch.float32)
+        return x if r is None else x + r.to(x.device).view(x.shape)
+
+    def update(self, key: str, x: Tensor, q: Tensor) -> None:
+        """Store ``r = x - q`` (the part of ``x`` the quantized ``q`` did not carry)."""
+        self.residuals[key] = (x.to(torch.float32) - q.to(torch.float32).view(x.shape)).detach()
+
+    def pop(self, key: str) -> Tensor | None:
+        """Remove and return ``key``'s residual."""
+        return self.residuals.pop(key, None)
+
+    def add(self, key: str, r: Tensor) -> None:
+        """Add ``r`` to ``key``'s residual (creating it)."""
+        old = self.residuals.get(key)
+        self.residuals[key] = r.to(torch.float32).detach().clone() if old is None else old + r.view(old.shape)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.residuals
+
+
+# -- bucket layout ---------------------------------------------------------------------------------
+
+
+def bucket_layout(bucket) -> list[tuple[Tensor, int, int, torch.Size]]:
+    """``(parameter, offset, numel, shape)`` of every gradient in a DDP ``GradBucket``'s flat buffer.
+
+    Offsets come from the storage offsets of ``bucket.gradients()`` (views of ``bucket.buffer()``);
+    gradients that are not views of the buffer are laid out back to back.
+
+    Raises
+    ------
+    HookError
+        ``parameters()`` and ``gradients()`` differ in length, or a gradient falls outside the buffer.
+    """
+    buf = bucket.buffer()
+    params, grads = bucket.parameters(), bucket.gradients()
+    if len(params) != len(grads):
+        raise HookError(f"bucket {bucket.index()}: {len(params)} parameters but {len(grads)} gradients")
+    base, ptr = buf.storage_offset(), buf.untyped_storage().data_ptr()
+    out, pos = [], 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        off = g.storage_offset() - base if g.untyped_storage().data_ptr() == ptr and g.is_contiguous() else pos
+        if off < 0 or off + n > buf.numel():
+            raise HookError(f"bucket {bucket.index()}: gradient of shape {tuple(g.shape)} at offset {off} "
+                            f"falls outside the buffer of {buf.numel()} elements")
+        out.append((p, off, n, p.shape))
+        pos = off + n
+    return out
+
+
+# -- states ----------------------------------------------------------------------------------------
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+class CommHookState:
+    """Base state: process group, step counter and the per-step :class:`StepRecord` history.
+
+    Parameters
+    ----------
+    process_group : ProcessGroup, optional
+        Default: the default group. Without an initialised process group the hooks run as a world of
+        one (no collectives), which is how the single-process tests drive them.
+    model : nn.Module, optional
+        Used to name parameters in records (``named_parameters``); DDP wrappers are unwrapped.
+    measure_error : bool
+        Compute the codec's relative errors locally (extra encode/decode work).
+    history : int, optional
+        Keep only the last ``history`` step records (default: all).
+    """
+
+    def __init__(self, process_group=None, *, model: nn.Module | None = None, measure_error: bool = False,
+                 history: int | None = None):
+        if history is not None and (isinstance(history, bool) or not isinstance(history, int) or history < 1):
+            raise HookError(f"history must be a positive int or None, got {history!r}")
+        self.process_group = process_group
+        self.measure_error = bool(measure_error)
+        self.step = 0
+        self.history: deque[StepRecord] = deque(maxlen=history)
+        self._current: StepRecord | None = None
+        self.device = torch.device("cpu")
+        self._names: dict[int, str] = {}
+        if model is not None:
+            self._names = {id(p): n for n, p in _unwrap(model).named_parameters()}
+
+    @property
+    def distributed(self) -> bool:
+        """Whether a process group is in use (else a world of one)."""
+        return dist.is_available() and dist.is_initialized()
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size(self.process_group) if self.distributed else 1
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.process_group) if self.distributed else 0
+
+    def param_name(self, p: Tensor) -> str:
+        """The parameter's model name; without a model ``"param<k>"``, ``k`` in the order first seen.
+
+        Names key the error-feedback residuals, so they must not depend on the bucket (DDP rebuilds its
+        buckets after the first iteration).
+        """
+        name = self._names.get(id(p))
+        if name is None:
+            name = self._names[id(p)] = f"param{len(self._names)}"
+        return name
+
+    def _open(self, bucket) -> StepRecord:
+        if self._current is None:
+            self.device = bucket.buffer().device  # where side collectives live (CUDA for NCCL)
+            self._current = StepRecord(step=self.step)
+            self._on_step_start(self._current)
+        return self._current
+
+    def _on_step_start(self, rec: StepRecord) -> None:
+        """Hook for subclasses: side collectives at the start of a step (called from the hook body)."""
+
+    def _close(self, bucket) -> None:
+        if bucket.is_last() and self._current is not None:
+            self.history.append(self._current)
+            self._current = None
+            self.step += 1
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs to resume bit-exactly (tensors cloned to CPU); history is not included."""
+        return {"step": self.step}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore :meth:`state_dict` (on a state built with the same parameters and model).
+
+        Raises
+        ------
+        HookError
+            A step boundary is open (called mid-backward) or ``state`` lacks a key.
+        """
+        if self._current is not None:
+            raise HookError("load_state_dict called in the middle of a step")
+        try:
+            self.step = int(state["step"])
+        except KeyError as exc:
+            raise HookError(f"hook state_dict lacks {exc}") from None
+
+    def bytes_per_step(self) -> list[int]:
+        """``bytes_sent`` of every recorded step."""
+        return [r.bytes_sent for r in self.history]
+
+    def summary(self) -> dict:
+        """Means over the recorded steps: bytes (payload, extra, sent, fp32) and relative errors."""
+        recs = list(self.history)
+        if not recs:
+            return {"steps": 0}
+        mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+        errs = lambda attr: [getattr(r, attr) for r in recs if getattr(r, attr) is not None]  # noqa: E731
+        return {
+            "steps": len(recs),
+            "payload_bytes": mean([r.payload_bytes for r in recs]),
+            "extra_bytes": mean([r.extra_bytes for r in recs]),
+            "bytes_sent": mean([r.bytes_sent for r in recs]),
+            "fp32_bytes": mean([r.fp32_bytes for r in recs]),
+            "rel_error": mean(errs("rel_error")),
+            "sent_rel_error": mean(errs("sent_rel_error")),
+            "euclid_rel_error": mean(errs("euclid_rel_error")),
+        }
+
+
+#: ``all_gather_single`` (torch >= 2.13) is ``all_gather_into_tensor``'s new name; the old one warns.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in tensors.items()}
+
+
+def _completed(value) -> torch.futures.Future:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(value)
+    return fut
+
+
+def fp32_hook(state: CommHookState, bucket) -> torch.futures.Future:
+    """Plain average: ``buffer /= W`` then ``all_reduce`` (SUM), asynchronously; same bits as DDP's default.
+
+    Returns
+    -------
+    Future[Tensor]
+        The bucket buffer itself (flat, its dtype), averaged in place.
+    """
+    rec = state._open(bucket)
+    buf = bucket.buffer()
+    nbytes = buf.numel() * buf.element_size()
+    w = state.world_size
+    rec.payload_bytes += nbytes
+    rec.wire_bytes += (2 * (w - 1) * nbytes) // w
+    rec.fp32_bytes += 4 * buf.numel()
+    rec.numel += buf.numel()
+    rec.buckets += 1
+    if w == 1:
+        fut = _completed(buf)
+    else:
+        buf.div_(w)
+        fut = dist.all_reduce(buf, group=state.process_group, async_op=True).get_future().then(lambda f: f.value()[0])
+    state._close(bucket)
+    return fut
+
+
+@dataclass(frozen=True)
+class _Segment:
+    offset: int  # in the bucket buffer (elements)
+    numel: int
+    shape: torch.Size
+    start: int  # in this rank's payload (bytes)
+    stop: int
+    whitening: Whitening | None = None  # set for GIFT segments (map back after averaging)
+
+
+class CodecHookState(CommHookState):
+    """State of the Euclidean low-precision hook (:func:`codec_hook`).
+
+    Parameters
+    ----------
+    codec : str or Codec
+        A :func:`~lab.training.comm.codecs.get_codec` name (``"fp8_e4m3"``, ``"fp8_e5m2_b128"``,
+        ``"nvfp4"``, ...) or a codec instance.
+    error_feedback : bool
+        Keep a per-parameter residual (``"fp8_ef"``).
+    nonfinite : {"raise", "propagate"}
+        Passed to the codec when ``codec`` is a name.
+    process_group, model, measure_error, history
+        See :class:`CommHookState`.
+
+    Raises
+    ------
+    HookError
+        ``codec`` is the fp32 codec (use :func:`fp32_hook`) or not a codec.
+    CodecError
+        Unknown codec name.
+    """
+
+    def __init__(self, codec: str | Codec = "fp8_e4m3", *, error_feedback: bool = False, nonfinite: str = "raise",
+                 process_group=None, model: nn.Module | None = None, measure_error: bool = False,
+                 history: int | None = None):
+        super().__init__(process_group, model=model, measure_error=measure_error, history=history)
+        codec = get_codec(codec, nonfinite=nonfinite) if isinstance(codec, str) else codec
+        if not isinstance(codec, Codec):
+            raise HookError(f"codec must be a codec name or a Codec, got {type(codec).__name__}")
+        if isinstance(codec, Float32Codec):
+            raise HookError("the fp32 codec does not need a gather; use get_hook('fp32') (one all_reduce)")
+        self.codec = codec
+        self.error_feedback = ErrorFeedback() if error_feedback else None
+
+    def state_dict(self) -> dict:
+        d = super().state_dict()
+        d["error_feedback"] = _cpu(self.error_feedback.residuals) if self.error_feedback is not None else None
+        return d
+
+    def load_state_dict(self, state: Mapping) -> None:
+        super().load_state_dict(state)
+        if self.error_feedback is not None:
+            self.error_feedback.residuals = dict(state.get("error_feedback") or {})
+
+    # encode side (hook body) -------------------------------------------------------------------
+
+    def _quantize_plain(self, name: str, g32: Tensor, ef: ErrorFeedback | None, need_sent: bool) -> tuple[Tensor, Tensor | None]:
+        """Euclidean path of one flat float32 gradient: ``(payload, decoded payload or None)``; updates ``ef``."""
+        x = ef.compensate(name, g32) if ef is not None else g32
+        payload = self.codec.encode(x, name=name)
+        sent = None
+        if ef is not None or need_sent:
+            sent = self.codec.decode(payload, x.numel())
+            if ef is not None:
+                ef.update(name, x, sent)
+        return payload, sent
+
+    def _record(self, rec: StepRecord, name: str, g: Tensor, one: Tensor, sent: Tensor, euclid: Tensor, path: str) -> None:
+        ref, e1 = _norm_sq(g), _norm_sq(one.reshape(-1) - g.reshape(-1))
+        es, ee = _norm_sq(sent.reshape(-1) - g.reshape(-1)), _norm_sq(euclid.reshape(-1) - g.reshape(-1))
+        rec.ref_sq += ref
+        rec.err_sq += e1
+        rec.sent_err_sq += es
+        rec.euclid_err_sq += ee
+        rec.per_param[name] = {"rel_error": _rel(e1, ref), "sent_rel_error": _rel(es, ref),
+                               "euclid_rel_error": _rel(ee, ref), "path": path}
+
+    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Whitening | None]:
+        """Payload of one parameter's gradient ``g`` (a view of the bucket, shape of ``p``) and the
+        whitening to undo after the average (None: Euclidean)."""
+        g32 = g.reshape(-1).to(torch.float32)
+        ef = self.error_feedback
+        payload, sent = self._quantize_plain(name, g32, ef, self.measure_error)
+        if self.measure_error:
+            one = sent if ef is None else self.codec.decode(self.codec.encode(g32, name=name), g32.numel())
+            self._record(rec, name, g32, one, sent, one, "euclid")
+        return payload, None
+
+    def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:
+        buf = bucket.buffer()
+        payloads, segments, pos = [], [], 0
+        for p, off, n, shape in bucket_layout(bucket):
+            name = self.param_name(p)
+            payload, whitening = self._encode_param(name, p, buf[off : off + n].view(shape), rec)
+            expected = self.codec.nbytes(n)
+            if payload.numel() != expected:  # the codecs guarantee this; a cheap guard for the accounting
+                raise HookError(f"{name}: payload of {payload.numel()} bytes, codec {self.codec.name} states {expected}")
+            payloads.append(payload)
+            segments.append(_Segment(off, n, shape, pos, pos + expected, whitening))
+            pos += expected
+        flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
+        return flat, segments
+
+    # decode side (future callback: no collectives here) ----------------------------------------
+
+    def _decode_bucket(self, rows: Tensor, segments: list[_Segment], numel: int, dtype: torch.dtype) -> Tensor:
+        world = rows.shape[0]
+        acc = torch.zeros(numel, dtype=torch.float32, device=rows.device)
+        for r in range(world):  # the same order on every rank: bit-identical sums
+            row = rows[r]
+            for s in segments:
+                acc[s.offset : s.offset + s.numel] += self.codec.decode(row[s.start : s.stop], s.numel)
+        acc.div_(world)
+        for s in segments:
+            if s.whitening is not None:
+                view = acc[s.offset : s.offset + s.numel]
+                view.copy_(s.whitening.unwhiten(view.view(s.shape)).reshape(-1))
+        return acc if acc.dtype == dtype else acc.to(dtype)
+
+
+def codec_hook(state: CodecHookState, bucket) -> torch.futures.Future:
+    """Encode every gradient of the bucket, ``all_gather`` the uint8 payloads, decode and average in rank order.
+
+    Works for :class:`CodecHookState` (Euclidean) and :class:`GiftHookState` (GIFT's selected layers
+    whitened). The returned future's value is a new flat tensor of ``bucket.buffer()``'s numel and dtype.
+
+    Raises
+    ------
+    HookError
+        A payload whose size differs from the codec's stated size.
+    NonFiniteError
+        NaN/inf gradients with a codec built with ``nonfinite="raise"``.
+    """
+    rec = state._open(bucket)
+    try:
+        buf = bucket.buffer()
+        payload, segments = state._encode_bucket(bucket, rec)
+        w = state.world_size
+        rec.payload_bytes += payload.numel()
+        rec.wire_bytes += (w - 1) * payload.numel()
+        rec.fp32_bytes += 4 * buf.numel()
+        rec.numel += buf.numel()
+        rec.buckets += 1
+        numel, dtype = buf.numel(), buf.dtype
+        if w == 1:
+            return _completed(state._decode_bucket(payload.view(1, -1), segments, numel, dtype))
+        out = torch.empty(w * payload.numel(), dtype=torch.uint8, device=payload.device)
+        work = _all_gather_single(out, payload, group=state.process_group, async_op=True)
+
+        def finish(fut: torch.futures.Future) -> Tensor:
+            fut.value()  # re-raises a failed collective
+            return state._decode_bucket(out.view(w, -1), segments, numel, dtype)
+
+        return work.get_future().then(finish)
+    finally:
+        state._close(bucket)
+
+
+#: GIFT uses the same hook function; the state decides which parameters are whitened.
+gift_hook = codec_hook
+
+# DDP.register_comm_hook checks the annotations by identity; this module's are strings (postponed evaluation).
+for _hook in (fp32_hook, codec_hook):
+    _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
+del _hook
+
+
+# -- GIFT ------------------------------------------------------------------------------------------
+
+
+class GiftHookState(CodecHookState):
+    """State of the GIFT hook: covariance tracking, whitening factors, layer selection, error feedback.
+
+    Per step (hook body, identical order on every rank):
+
+    1. At the start of a refresh step ``t`` (``t % refresh_every == 0``, and every selection step, so
+       newly selected layers start from fresh factors): the input covariance sums the forward hooks
+       collected (every training forward since the last refresh with ``collect="every"``, the default;
+       only this step's forward with ``collect="refresh"``, the artifact's behaviour) are packed (upper
+       triangles + row counts, float32) and all-reduced (SUM); ``A_new = sum S / sum n``;
+       ``A <- b A + (1 - b) A_new`` (``A = A_new`` the first time) with ``b = ema ** steps_since_last_refresh``
+       (``ema_per="step"``, the default) or ``b = ema`` (``ema_per="refresh"``, the artifact); factors
+       :meth:`Whitening.from_covariance` (damping, rank, residual); with ``broadcast_factors`` rank 0's
+       float32 factors are broadcast so every rank maps back with the same bits; error-feedback residuals
+       are rebased, ``R <- R A_old^{1/2} A_new^{-1/2}`` (``rebase_error_feedback``; the artifact does not).
+    2. At a selection step (:meth:`LayerSelector.due`): the window statistics are all-reduced (float64)
+       and the same layers are selected on every rank. A layer leaving GIFT folds its residual, mapped
+       back, into the Euclidean residual (with ``euclidean_error_feedback``) or drops it; a layer entering
+       starts from the Euclidean residual (whitened) or zero.
+    3. Per parameter: a selected layer's weight gradient ``G`` (``(out, in)``) with factors sends
+       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``); everything
+       else (biases, other parameters, layers not selected or without factors yet) is Euclidean.
+    4. Statistics for candidate layers (while a selection window is open, or with ``measure_error``):
+       Euclidean upper/lower-bound hit rates and one-step errors, and GIFT's one-step error when factors
+       exist; kept in :attr:`layer_history` when ``measure_error``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model (or its DDP wrapper); its ``nn.Linear`` layers are the candidates.
+    codec : str or Codec
+        ``"fp8_e4m3"`` (default), ``"fp8_e5m2"`` (the artifact's format), ``"nvfp4"``, per-block FP8, ...
+    rank : int
+        Eigenpairs kept per layer (paper: 32).
+    damping : float
+        Relative damping ``A + damping * mean(diag A) I`` (artifact: 1e-3; comm-check: 1e-2 helped the median layer).
+    ema : float
+        EMA factor of ``A``, in [0, 1) (artifact: 0.95 per refresh).
+    ema_per : {"step", "refresh"}
+        Apply ``ema`` once per step elapsed (default: ``ema ** 50`` per 50-step refresh, a ~20-step time
+        constant) or once per refresh (the artifact: with 50-step refreshes a ~1000-step time constant, so
+        in runs of a few hundred steps ``A`` stays near its value at initialisation and GIFT measured
+        0.6-1.1x of Euclidean FP8's error per layer on a char-GPT, i.e. mostly worse).
+    refresh_every : int
+        Refresh period in steps (artifact: 50).
+    residual : {"scalar", "diag"}
+        See :class:`~lab.training.comm.gift.Whitening`.
+    layers : Iterable[str], optional
+        A fixed initial selection (the paper's set S chosen before training); default: automatic.
+    include, exclude : str, optional
+        Regular expressions (``re.search``) on layer names that restrict the candidates.
+    select_by : {"saturation", "error", "gain"}
+        Selection score (paper: ``"saturation"``), see :class:`~lab.training.comm.gift.LayerSelector`.
+    select_k : int or float
+        Layers selected (int) or fraction of the candidates (default 0.25; the paper kept 13 of 64).
+    select_threshold : float, optional
+        Select every layer with score ``>= threshold`` instead of top-k.
+    select_warmup : int
+        Steps of Euclidean warm-up before the first automatic selection (paper: 100, profiled offline).
+    reselect_every : int or None
+        Re-select every this many steps (None: never).
+    track : {"all", "selected"}
+        Collect ``A`` for every candidate (per-layer picture, ``"gain"`` selection, instant switch-over)
+        or only for selected layers (cheaper; a newly selected layer waits for the next refresh).
+    collect : {"every", "refresh"}
+        Which forwards feed ``A`` (see step 1). ``"every"`` costs an ``(in, in)`` GEMM per layer and forward
+        but no extra bytes.
+    error_feedback : bool
+        Error feedback in whitened coordinates for GIFT layers (paper: yes).
+    euclidean_error_feedback : bool
+        Error feedback on the Euclidean path too (paper: no).
+    rebase_error_feedback : bool
+        Rebase whitened residuals when the factors change.
+    broadcast_factors : bool
+        Broadcast rank 0's factors after each refresh (extra bytes: ``4 (d k + k + 1)`` per layer).
+    nonfinite, process_group, measure_error, history
+        See :class:`CodecHookState`.
+
+    Attributes
+    ----------
+    whitening : dict[str, Whitening]
+        Current factors per tracked layer.
+    selector : LayerSelector
+        Window sums and :attr:`LayerSelector.history` (selections with scores).
+    layer_history : deque of dict
+        With ``measure_error``: per step and candidate layer ``step``, ``layer``, ``selected``,
+        ``euclid_rel_error``, ``gift_rel_error``, ``sent_rel_error``, ``upper_hit``, ``lower_hit``,
+        ``condition_number``.
+
+    Raises
+    ------
+    GiftError
+        No candidate ``nn.Linear`` layer, unknown names in ``layers``, bad parameters, or
+        ``select_by="gain"`` with ``track="selected"``.
+    """
+
+    def __init__(self, model: nn.Module, codec: str | Codec = "fp8_e4m3", *, rank: int = 32, damping: float = 1e-3,
+                 ema: float = 0.95, ema_per: str = "step", refresh_every: int = 50, residual: str = "scalar",
+                 layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
+                 select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
+                 select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all",
+                 collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
+                 rebase_error_feedback: bool = True, broadcast_factors: bool = True, nonfinite: str = "raise",
+                 process_group=None, measure_error: bool = False, history: int | None = None):
+        if not isinstance(model, nn.Module):
+            raise GiftError(f"GIFT needs the model (an nn.Module) to find its nn.Linear layers, got {type(model).__name__}")
+        super().__init__(codec, error_feedback=euclidean_error_feedback, nonfinite=nonfinite,
+                         process_group=process_group, model=model, measure_error=measure_error, history=history)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise GiftError(f"rank must be an int >= 1, got {rank!r}")
+        if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
+            raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
+        if not (isinstance(ema, (int, float)) and 0 <= ema < 1):
+            raise GiftError(f"ema must be in [0, 1), got {ema!r}")
+        if ema_per not in ("refresh", "step"):
+            raise GiftError(f"ema_per must be 'refresh' or 'step', got {ema_per!r}")
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
+            raise GiftError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
+        if residual not in RESIDUALS:
+            raise GiftError(f"residual must be one of {RESIDUALS}, got {residual!r}")
+        if track not in ("all", "selected"):
+            raise GiftError(f"track must be 'all' or 'selected', got {track!r}")
+        if collect not in ("refresh", "every"):
+            raise GiftError(f"collect must be 'refresh' or 'every', got {collect!r}")
+        if select_by not in SELECT_BY:
+            raise GiftError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
+        if select_by == "gain" and track != "all":
+            raise GiftError("select_by='gain' measures GIFT on every candidate: it needs track='all'")
+        self.rank_r, self.damping, self.ema, self.refresh_every = rank, float(damping), float(ema), refresh_every
+        self.residual, self.track, self.collect, self.ema_per = residual, track, collect, ema_per
+        self._last_refresh: dict[str, int] = {}
+        self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
+        self.gift_error_feedback = ErrorFeedback() if error_feedback else None
+
+        # candidates: named nn.Linear layers (a weight shared by several modules is one layer)
+        root = _unwrap(model)
+        inc, exc = (re.compile(include) if include else None), (re.compile(exclude) if exclude else None)
+        by_weight: dict[int, tuple[str, list[nn.Linear]]] = {}
+        for name, mod in root.named_modules():
+            if not isinstance(mod, nn.Linear) or (inc and not inc.search(name)) or (exc and exc.search(name)):
+                continue
+            entry = by_weight.setdefault(id(mod.weight), (name, []))
+            entry[1].append(mod)
+        if not by_weight:
+            raise GiftError(f"no candidate nn.Linear layer in {type(root).__name__} (include={include!r}, exclude={exclude!r})")
+        self.layers: tuple[str, ...] = tuple(name for name, _ in by_weight.values())
+        self._weight_layer = {pid: name for pid, (name, _) in by_weight.items()}
+        self._layer_weight_name = {name: self._names.get(pid, name + ".weight") for pid, (name, _) in by_weight.items()}
+        self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting)
+        self.selector = LayerSelector(self.layers, select_by=select_by, k=select_k, threshold=select_threshold,
+                                      warmup=select_warmup if layers is None else None, every=reselect_every,
+                                      initial=None if layers is None else list(layers))
+        self.whitening: dict[str, Whitening] = {}
+        self._cov: dict[str, Tensor] = {}
+        self.refreshes = 0
+        self.layer_history: deque[dict] = deque(maxlen=None if history is None else history * len(self.layers))
+
+    @property
+    def selected(self) -> tuple[str, ...]:
+        """Layers currently sent through GIFT (candidate order)."""
+        return self.selector.selected
+
+    def close(self) -> None:
+        """Remove the forward hooks from the model."""
+        self.tracker.close()
+
+    def state_dict(self) -> dict:
+        """Adds the covariance EMAs, factors (float32 flat), whitened residuals, the selection and its
+        window, and the covariance sums collected since the last refresh."""
+        d = super().state_dict()
+        d.update({
+            "cov": _cpu(self._cov),
+            "whitening": {n: (w.to_flat().cpu(), w.dim, w.rank) for n, w in self.whitening.items()},
+            "last_refresh": dict(self._last_refresh),
+            "refreshes": self.refreshes,
+            "gift_error_feedback": _cpu(self.gift_error_feedback.residuals) if self.gift_error_feedback is not None else None,
+            "selected": self.selector.selected,
+            "selector_window": self.selector.window.clone(),
+            "selector_history": list(self.selector.history),
+            "tracker": (_cpu(self.tracker._sums), dict(self.tracker._counts)),
+        })
+        return d
+
+    def load_state_dict(self, state: Mapping) -> None:
+        super().load_state_dict(state)
+        try:
+            unknown = [n for n in list(state["cov"]) + list(state["selected"]) if n not in self.layers]
+            if unknown:
+                raise GiftError(f"hook state_dict names layers {unknown} this model does not have")
+            self._cov = dict(state["cov"])
+            self.whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["whitening"].items()}
+            self._last_refresh = dict(state["last_refresh"])
+            self.refreshes = int(state["refreshes"])
+            if self.gift_error_feedback is not None:
+                self.gift_error_feedback.residuals = dict(state["gift_error_feedback"] or {})
+            self.selector.selected = tuple(n for n in self.layers if n in set(state["selected"]))
+            self.selector.window = state["selector_window"].clone()
+            self.selector.history = list(state["selector_history"])
+            sums, counts = state["tracker"]
+            self.tracker._sums, self.tracker._counts = dict(sums), {n: int(counts.get(n, 0)) for n in self.layers}
+        except KeyError as exc:
+            raise HookError(f"GIFT hook state_dict lacks {exc}") from None
+
+    # forward-side --------------------------------------------------------------------------------
+
+    def _tracked(self) -> tuple[str, ...]:
+        return self.layers if self.track == "all" else self.selected
+
+    def _collecting(self, name: str) -> bool:
+        if self.collect == "refresh" and not self._is_refresh_step(self.step):
+            return False
+        return self.track == "all" or name in self.selected
+
+    # step start: side collectives ----------------------------------------------------------------
+
+    def _is_refresh_step(self, step: int) -> bool:
+        return step % self.refresh_every == 0 or self.selector.due(step)
+
+    def _on_step_start(self, rec: StepRecord) -> None:
+        if self._is_refresh_step(self.step):
+            self._refresh(rec)
+        if self.selector.due(self.step):
+            self._select(rec)
+
+    def _refresh(self, rec: StepRecord) -> None:
+        names = self._tracked()
+        stale = [n for n in self.layers if n not in names and self.tracker.count(n)]
+        if stale:  # collected while selected, deselected since (track="selected"): drop, never mix in later
+            self.tracker.take(stale)
+        if not names:
+            return
+        w = self.world_size
+        vec = self.tracker.take(names, device=self.device)
+        if w > 1:
+            dist.all_reduce(vec, group=self.process_group)
+            rec.extra_bytes += 4 * vec.numel()
+        sums = self.tracker.unpack(vec, names)
+        fresh: dict[str, Whitening] = {}
+        for name in names:
+            s, n = sums[name]
+            if n <= 0:
+                continue
+            a_new = s.to(torch.float64) / n
+            old = self._cov.get(name)
+            b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - self._last_refresh.get(name, self.step))
+            self._cov[name] = a_new if old is None else b * old + (1.0 - b) * a_new
+            self._last_refresh[name] = self.step
+            fresh[name] = Whitening.from_covariance(self._cov[name], self.rank_r, self.damping, self.residual)
+        if w > 1 and self.broadcast_factors and fresh:
+            order = [n for n in names if n in fresh]
+            flat = torch.cat([fresh[n].to_flat() for n in order])
+            dist.broadcast(flat, src=dist.get_global_rank(self.process_group or dist.group.WORLD, 0),
+                           group=self.process_group)
+            rec.extra_bytes += 4 * flat.numel()
+            pos = 0
+            for n in order:
+                m = fresh[n].flat_numel
+                fresh[n] = Whitening.from_flat(flat[pos : pos + m], fresh[n].dim, fresh[n].rank)
+                pos += m
+        ef = self.gift_error_feedback
+        for name, new in fresh.items():
+            old = self.whitening.get(name)
+            if ef is not None and name in ef:
+                r = ef.pop(name)
+                if self.rebase_error_feedback and old is not None:
+                    ef.add(name, new.whiten(old.unwhiten(r)))
+                elif not self.rebase_error_feedback:
+                    ef.add(name, r)
+            self.whitening[name] = new
+        if fresh:
+            self.refreshes += 1
+
+    def _select(self, rec: StepRecord) -> None:
+        window = self.selector.window_vector()
+        if self.world_size > 1:
+            window = window.to(self.device)
+            dist.all_reduce(window, group=self.process_group)
+            rec.extra_bytes += 8 * window.numel()
+            window = window.cpu()
+        before = set(self.selected)
+        after = set(self.selector.select(self.step, window))
+        gift_ef, plain_ef = self.gift_error_feedback, self.error_feedback
+        for name in before - after:  # leaving GIFT: keep the residual mass on the Euclidean path if it has EF
+            r = gift_ef.pop(name) if gift_ef is not None else None
+            if r is not None and plain_ef is not None and name in self.whitening:
+                plain_ef.add(self._layer_weight_name[name], self.whitening[name].unwhiten(r).reshape(-1))
+        for name in after - before:  # entering GIFT: start from the Euclidean residual, whitened
+            r = plain_ef.pop(self._layer_weight_name[name]) if plain_ef is not None else None
+            if r is not None and gift_ef is not None and name in self.whitening:
+                w = self.whitening[name]
+                gift_ef.add(name, w.whiten(r.view(-1, w.dim)))
+
+    # per-parameter encode --------------------------------------------------------------------------
+
+    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Whitening | None]:
+        layer = self._weight_layer.get(id(p))
+        if layer is None or g.dim() != 2:
+            return super()._encode_param(name, p, g, rec)
+        wh = self.whitening.get(layer)
+        use_gift = layer in self.selected and wh is not None
+        collecting = self.selector.collecting(self.step)
+        stats = collecting or self.measure_error
+        if not (use_gift or stats):
+            return super()._encode_param(name, p, g, rec)
+        codec, g32 = self.codec, g.to(torch.float32)
+        gift_one = sent = None
+        if use_gift:
+            u = wh.whiten(g32)
+            ef = self.gift_error_feedback
+            x = ef.compensate(layer, u) if ef is not None else u
+            payload = codec.encode(x, name=name)
+            if ef is not None or stats:
+                dec = codec.decode(payload, x.numel()).view(x.shape)
+                if ef is not None:
+                    ef.update(layer, x, dec)
+                if stats:
+                    sent = wh.unwhiten(dec)
+                    gift_one = sent if ef is None else wh.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape))
+        else:
+            payload, flat_sent = self._quantize_plain(name, g32.reshape(-1), self.error_feedback, True)
+            sent = flat_sent.view(g32.shape)
+        if not stats:
+            return payload, wh
+
+        # statistics of a candidate layer's weight: Euclidean (always) and GIFT (when factors exist)
+        if not use_gift and self.error_feedback is None:
+            pe, eu = payload, sent
+        else:
+            pe = codec.encode(g32, name=name)
+            eu = codec.decode(pe, g32.numel()).view(g32.shape)
+        upper, lower = saturation_rates(codec, pe, g32)
+        if gift_one is None and wh is not None and (self.measure_error or self.selector.select_by == "gain"):
+            u = wh.whiten(g32)
+            gift_one = wh.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape))
+        ref = _norm_sq(g32)
+        eu_err = _rel(_norm_sq(eu - g32), ref)
+        gift_err = _rel(_norm_sq(gift_one - g32), ref) if gift_one is not None else None
+        if collecting and ref > 0:
+            self.selector.observe(layer, upper=upper, lower=lower, euclid_err=eu_err, gift_err=gift_err)
+        if self.measure_error:
+            self._record(rec, name, g32, gift_one if use_gift else eu, sent, eu, "gift" if use_gift else "euclid")
+            self.layer_history.append({
+                "step": self.step, "layer": layer, "selected": bool(use_gift),
+                "euclid_rel_error": eu_err, "gift_rel_error": gift_err,
+                "sent_rel_error": rec.per_param[name]["sent_rel_error"],
+                "upper_hit": upper, "lower_hit": lower,
+                "condition_number": wh.condition_number if wh is not None else None,
+            })
+        return payload, (wh if use_gift else None)
+
+    # widget data -----------------------------------------------------------------------------------
+
+    def layer_table(self) -> list[dict]:
+        """The latest per-layer picture: one dict per candidate (latest measured record, selection, score).
+
+        Keys: ``layer``, ``selected``, ``score`` (latest selection's, None before), plus the latest
+        :attr:`layer_history` fields for that layer (None when not measured), and ``gain``
+        (``euclid_rel_error / gift_rel_error``).
+        """
+        latest: dict[str, dict] = {}
+        for r in self.layer_history:
+            latest[r["layer"]] = r
+        scores = self.selector.history[-1]["scores"] if self.selector.history else {}
+        out = []
+        for name in self.layers:
+            r = latest.get(name, {})
+            eu, gi = r.get("euclid_rel_error"), r.get("gift_rel_error")
+            out.append({
+                "layer": name, "selected": name in self.selected, "score": scores.get(name),
+                "step": r.get("step"), "euclid_rel_error": eu, "gift_rel_error": gi,
+                "gain": (eu / gi) if (eu is not None and gi) else None,
+                "upper_hit": r.get("upper_hit"), "lower_hit": r.get("lower_hit"),
+                "condition_number": self.whitening[name].condition_number if name in self.whitening else None,
+            })
+        return out
+
+
+# -- registry --------------------------------------------------------------------------------------
+
+
+def _fp8_name(fmt: str, block_size: int | None) -> str:
+    return f"fp8_{fmt}" + (f"_b{block_size}" if block_size is not None else "")
+
+
+def get_hook(name: str, **kw) -> tuple[CommHookState, Callable]:
+    """A fresh ``(state, hook)`` pair for ``ddp.register_comm_hook(state, hook)``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`HOOKS`: ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``.
+    **kw
+        ``fmt`` (``"e4m3"`` default, ``"e5m2"``) and ``block_size`` for the FP8 hooks; ``error_feedback``
+        for ``"nvfp4"``; ``model`` (required) and the other :class:`GiftHookState` parameters for GIFT;
+        ``process_group``, ``model``, ``measure_error``, ``history``, ``nonfinite`` for all codec hooks
+        (``"fp32"`` takes ``process_group``, ``model``, ``history``).
+
+    Raises
+    ------
+    HookError
+        Unknown name or keyword (``GiftError`` for GIFT parameters, e.g. a missing ``model``).
+    """
+    try:
+        if name == "fp32":
+            return CommHookState(**kw), fp32_hook
+        if name in ("fp8", "fp8_ef"):
+            codec = _fp8_name(kw.pop("fmt", "e4m3"), kw.pop("block_size", None))
+            return CodecHookState(codec, error_feedback=(name == "fp8_ef"), **kw), codec_hook
+        if name == "nvfp4":
+            return CodecHookState("nvfp4", **kw), codec_hook
+        if name in ("gift_fp8", "gift_nvfp4"):
+            if "model" not in kw:
+                raise GiftError(f"{name} needs model=... (the module whose nn.Linear layers GIFT whitens)")
+            model = kw.pop("model")
+            codec = _fp8_name(kw.pop("fmt", "e4m3"), kw.pop("block_size", None)) if name == "gift_fp8" else "nvfp4"
+            return GiftHookState(model, codec, **kw), gift_hook
+    except TypeError as exc:  # unknown keyword
+        raise HookError(f"{name}: {exc}") from None
+    raise HookError(f"unknown hook {name!r}; known: {', '.join(HOOKS)}")

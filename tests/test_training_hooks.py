@@ -1,0 +1,577 @@
+"""DDP communication hooks and the GIFT transform (lab.training.comm.hooks, lab.training.comm.gift).
+
+Single-process tests drive the hooks with a stand-in bucket (no process group: a world of one); the
+slow test runs real 2-process gloo DDP with every hook.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from lab import LabError
+from lab.training import GiftError, HookError, TrainingError
+from lab.training.comm import (
+    HOOKS,
+    CodecHookState,
+    ErrorFeedback,
+    GiftHookState,
+    LayerSelector,
+    Whitening,
+    get_codec,
+    get_hook,
+)
+from lab.training.comm.gift import euclidean_roundtrip, gift_roundtrip, relative_error, saturation_rates
+from lab.training.comm.hooks import bucket_layout
+
+
+class FakeBucket:
+    """The parts of ``torch.distributed.GradBucket`` the hooks use: a flat buffer and per-parameter views."""
+
+    def __init__(self, params, index=0, last=True, grads=None):
+        self._params = list(params)
+        grads = grads if grads is not None else [p.grad for p in self._params]
+        self._buf = torch.cat([g.reshape(-1) for g in grads]).clone()
+        self._index, self._last = index, last
+
+    def buffer(self):
+        return self._buf
+
+    def parameters(self):
+        return self._params
+
+    def gradients(self):
+        out, pos = [], 0
+        for p in self._params:
+            out.append(self._buf[pos : pos + p.numel()].view(p.shape))
+            pos += p.numel()
+        return out
+
+    def index(self):
+        return self._index
+
+    def is_last(self):
+        return self._last
+
+
+def spd(d, cond, seed=0, rotate=True):
+    """A (d, d) float64 SPD matrix with eigenvalues logspace(0, -log10(cond)) and a random (or identity) basis."""
+    gen = torch.Generator().manual_seed(seed)
+    lam = torch.logspace(0, -math.log10(cond), d, dtype=torch.float64)
+    q = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=gen))[0] if rotate else torch.eye(d, dtype=torch.float64)
+    return (q * lam) @ q.T, q, lam
+
+
+def eig_power(a, p):
+    lam, v = torch.linalg.eigh(a)
+    return (v * lam.pow(p)) @ v.T
+
+
+# -- the transform -----------------------------------------------------------------------------------
+
+
+def test_full_rank_whitening_is_the_exact_inverse_square_root_pair():
+    a, _, _ = spd(12, 1e3)
+    w = Whitening.from_covariance(a, rank=12, damping=0.0)
+    assert w.rank == 12 and w.dim == 12
+    eye = torch.eye(12, dtype=torch.float64)
+    assert torch.allclose(w.matrix(-0.5) @ w.matrix(0.5), eye, atol=1e-5)
+    assert torch.allclose(w.matrix(0.5) @ w.matrix(0.5), a, rtol=0, atol=1e-6)
+    assert torch.allclose(w.matrix(-0.5), eig_power(a, -0.5), rtol=1e-4, atol=1e-4)
+    g = torch.randn(5, 12)
+    assert torch.allclose(w.unwhiten(w.whiten(g)), g, rtol=0, atol=1e-4)
+    assert torch.allclose(w.whiten(g).double(), g.double() @ eig_power(a, -0.5), rtol=1e-4, atol=1e-3)
+
+
+def test_low_rank_plus_scalar_residual_by_hand():
+    # A = Q diag(8, 4, 2, 1, 1, 0.5) Q^T, no damping, keep r = 2: the complement gets c = mean(2, 1, 1, 0.5) = 1.125
+    lam = torch.tensor([8.0, 4.0, 2.0, 1.0, 1.0, 0.5], dtype=torch.float64)
+    q = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3)))[0]
+    a = (q * lam) @ q.T
+    w = Whitening.from_covariance(a, rank=2, damping=0.0)
+    assert w.rank == 2 and w.residual == pytest.approx(1.125)
+    assert torch.allclose(w.eigenvalues.double(), lam[:2], rtol=1e-6)
+    for p in (-0.5, 0.5, 1.0):
+        approx = torch.tensor([8.0**p, 4.0**p] + [1.125**p] * 4, dtype=torch.float64)
+        expected = (q * approx) @ q.T  # the same eigenvectors, the tail replaced by c^p
+        assert torch.allclose(w.matrix(p), expected, atol=1e-5), p
+        g = torch.randn(3, 6)  # k = 2 <= d / 2: apply() uses the low-rank form c^p g + ((g U) (lam^p - c^p)) U^T
+        assert torch.allclose(w.apply(g, p).double(), g.double() @ expected, atol=1e-5), p
+    # the approximate A^{-1/2} and A^{1/2} share the basis: exact inverses for r < d too
+    assert torch.allclose(w.matrix(-0.5) @ w.matrix(0.5), torch.eye(6, dtype=torch.float64), atol=1e-6)
+    # keeping every eigenpair gives the exact powers; the truncation error is on the tail only
+    assert torch.allclose(Whitening.from_covariance(a, rank=6, damping=0.0).matrix(0.5), eig_power(a, 0.5), atol=1e-5)
+    tail = q[:, 2:]
+    assert torch.allclose(tail.T @ w.matrix(1.0) @ tail, 1.125 * torch.eye(4, dtype=torch.float64), atol=1e-5)
+
+
+def test_damping_and_diag_residual():
+    a = torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64))
+    w = Whitening.from_covariance(a, rank=2, damping=0.1)  # + 0.1 * mean(diag) = 0.05
+    assert torch.allclose(w.matrix(1.0), torch.diag(torch.tensor([1.05, 0.05], dtype=torch.float64)), atol=1e-6)
+    # the artifact's variant: A_hat = U diag(lam) U^T + diag(max(diag(A_d - low rank), floor)), exact powers of A_hat
+    a, _, _ = spd(8, 1e2, seed=1)
+    w = Whitening.from_covariance(a, rank=3, damping=1e-3, residual="diag")
+    ad = a + 1e-3 * a.diagonal().mean() * torch.eye(8, dtype=torch.float64)
+    lam, v = torch.linalg.eigh(ad)
+    low = (v[:, -3:] * lam[-3:]) @ v[:, -3:].T
+    a_hat = low + torch.diag((ad.diagonal() - low.diagonal()).clamp_min(1e-3 * a.diagonal().mean()))
+    assert w.rank == 8
+    assert torch.allclose(w.matrix(1.0), a_hat, atol=1e-6)
+    assert torch.allclose(w.matrix(-0.5), eig_power(a_hat, -0.5), rtol=1e-4, atol=1e-4)
+
+
+def test_whitening_edges_and_errors():
+    w = Whitening.from_covariance(torch.zeros(4, 4))  # no inputs seen: identity
+    g = torch.randn(2, 4)
+    assert w.rank == 0 and torch.equal(w.whiten(g), g) and torch.equal(w.unwhiten(g), g)
+    flat = Whitening.from_covariance(spd(5, 10)[0], rank=2).to_flat()
+    back = Whitening.from_flat(flat, 5, 2)
+    assert flat.numel() == back.flat_numel == 5 * 2 + 2 + 1 and torch.equal(back.to_flat(), flat)
+    for bad in (torch.zeros(3, 4), torch.zeros(3), torch.full((2, 2), math.nan)):
+        with pytest.raises(GiftError):
+            Whitening.from_covariance(bad)
+    for kw in ({"rank": 0}, {"rank": 2.0}, {"damping": -1.0}, {"residual": "block"}):
+        with pytest.raises(GiftError):
+            Whitening.from_covariance(torch.eye(3), **kw)
+    with pytest.raises(GiftError, match="dim 5"):
+        back.whiten(torch.zeros(2, 4))
+    assert issubclass(GiftError, HookError) and issubclass(HookError, TrainingError) and issubclass(HookError, LabError)
+
+
+FORMATS = ["fp8_e4m3", "fp8_e5m2", "nvfp4"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whitening_gains_nothing_when_the_whitened_gradient_is_isotropic(fmt):
+    """G = Z A^{1/2} with i.i.d. Z (cond(A) = 1e5): G A^{-1/2} = Z is isotropic, FP8's rounding error is
+    isotropic too, and mapping back with A^{1/2} scales error and signal alike: no gain (measured ~1.1x
+    with the damping). A >= 2x gain on this gradient is not achievable; see the next test."""
+    a, _, _ = spd(256, 1e5)
+    z = torch.randn(64, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    g = (z @ eig_power(a, 0.5)).float()
+    codec, w = get_codec(fmt), Whitening.from_covariance(a, rank=256, damping=1e-3)
+    ratio = relative_error(euclidean_roundtrip(codec, g), g) / relative_error(gift_roundtrip(codec, g, w), g)
+    assert 0.8 < ratio < 1.4
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("rank", [32, 256])
+def test_gift_whitening_cuts_low_precision_error_at_least_2x_on_an_anisotropic_layer_gradient(fmt, rank):
+    """A linear layer's gradient from n = 32 inputs of dimension 256 with covariance cond 1e5 (rotated):
+    G = delta^T X, X = W A^{1/2}; A estimated from the same inputs (what the hook sees when it refreshes
+    at that step). G's rows lie in the inputs' span, so whitening concentrates them and A^{1/2} shrinks
+    the rounding error off that span. Error measured in ORIGINAL coordinates, same format both ways."""
+    gen = torch.Generator().manual_seed(2)
+    a, _, _ = spd(256, 1e5)
+    x = torch.randn(32, 256, dtype=torch.float64, generator=gen) @ eig_power(a, 0.5)
+    g = (torch.randn(32, 64, dtype=torch.float64, generator=gen).T @ x).float()
+    codec = get_codec(fmt)
+    w = Whitening.from_covariance(x.T @ x / 32, rank=rank, damping=1e-3)
+    euclid = relative_error(euclidean_roundtrip(codec, g), g)
+    gift = relative_error(gift_roundtrip(codec, g, w), g)
+    assert euclid / gift >= 2.0, (euclid, gift)
+    # the error FP8 makes in Euclidean coordinates is the format's (e4m3 ~2.7%, e5m2 ~5.3%, nvfp4 ~9.5%)
+    assert {"fp8_e4m3": 0.02, "fp8_e5m2": 0.04, "nvfp4": 0.07}[fmt] < euclid < {"fp8_e4m3": 0.035, "fp8_e5m2": 0.065, "nvfp4": 0.12}[fmt]
+
+
+# -- error feedback ----------------------------------------------------------------------------------
+
+
+def test_error_feedback_carries_the_quantization_residual_exactly():
+    codec, ef = get_codec("fp8_e4m3"), ErrorFeedback()
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(50, generator=gen) * 10.0 ** torch.randn(50, generator=gen) for _ in range(6)]
+    sent, total_g, bound = torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64), torch.zeros(50)
+    for g in grads:
+        prev = ef.residuals.get("w", torch.zeros(50))
+        x = ef.compensate("w", g)
+        assert torch.equal(x, g + prev)
+        q = codec.decode(codec.encode(x), 50)
+        ef.update("w", x, q)
+        assert torch.equal(ef.residuals["w"], x - q)  # exactly what the codec dropped
+        sent += q.double()
+        total_g += g.double()
+        bound += x.abs() * 2.0**-23  # float32 rounding of g + r and of x - q: half an ulp each
+    # telescoping: everything sent plus the residual still held is everything computed
+    assert bool(((sent + ef.residuals["w"].double() - total_g).abs() <= bound.double()).all())
+
+
+def _linear_with_grad(out_f=6, in_f=5, seed=0):
+    torch.manual_seed(seed)
+    lin = nn.Linear(in_f, out_f)
+    lin.weight.grad = torch.randn(out_f, in_f) * torch.logspace(0, -3, in_f)
+    lin.bias.grad = torch.randn(out_f)
+    return lin
+
+
+def test_fp8_hook_sends_codec_bytes_and_returns_the_decoded_average():
+    lin = _linear_with_grad()
+    params = list(lin.parameters())
+    for name, codec in (("fp8", get_codec("fp8_e4m3")), ("nvfp4", get_codec("nvfp4"))):
+        state, hook = get_hook(name, model=lin, measure_error=True)
+        bucket = FakeBucket(params)
+        out = hook(state, bucket).wait()
+        expected = torch.cat([codec.decode(codec.encode(p.grad), p.numel()) for p in params])
+        assert out.dtype == bucket.buffer().dtype and torch.equal(out, expected)
+        rec = state.history[-1]
+        assert rec.payload_bytes == sum(codec.nbytes(p.numel()) for p in params) and rec.extra_bytes == 0
+        assert rec.fp32_bytes == 4 * sum(p.numel() for p in params) and rec.buckets == 1 and state.step == 1
+        assert rec.rel_error == pytest.approx(relative_error(expected, bucket.buffer()), rel=1e-6)
+        assert set(rec.per_param) == {"weight", "bias"}
+
+
+def test_fp8_ef_hook_feeds_back_the_residual():
+    lin = _linear_with_grad()
+    state, hook = get_hook("fp8_ef", fmt="e5m2", model=lin)
+    codec = get_codec("fp8_e5m2")
+    g = lin.weight.grad.reshape(-1).clone()
+    first = hook(state, FakeBucket([lin.weight])).wait()
+    r1 = state.error_feedback.residuals["weight"]
+    assert torch.equal(first, codec.decode(codec.encode(g), g.numel())) and torch.equal(r1, g - first)
+    second = hook(state, FakeBucket([lin.weight])).wait()
+    assert torch.equal(second, codec.decode(codec.encode(g + r1), g.numel()))
+    assert torch.allclose(first + second + state.error_feedback.residuals["weight"], 2 * g, atol=1e-6)
+
+
+def test_fp32_hook_and_bucket_layout():
+    lin = _linear_with_grad()
+    state, hook = get_hook("fp32")
+    bucket = FakeBucket(list(lin.parameters()))
+    before = bucket.buffer().clone()
+    assert torch.equal(hook(state, bucket).wait(), before)
+    assert state.history[-1].payload_bytes == 4 * before.numel()
+    layout = bucket_layout(bucket)
+    assert [(off, n) for _, off, n, _ in layout] == [(0, 30), (30, 6)]
+
+
+def test_registry_errors():
+    assert set(HOOKS) == {"fp32", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4"}
+    with pytest.raises(HookError, match="unknown hook"):
+        get_hook("powersgd")
+    with pytest.raises(GiftError, match="model"):
+        get_hook("gift_fp8")
+    with pytest.raises(HookError, match="unexpected keyword"):
+        get_hook("fp8", bogus=1)
+    with pytest.raises(HookError, match="fp32"):
+        CodecHookState("fp32")
+    with pytest.raises(GiftError, match="no candidate"):
+        get_hook("gift_fp8", model=nn.Conv1d(2, 2, 1))
+    with pytest.raises(GiftError, match="not candidate"):
+        get_hook("gift_fp8", model=nn.Linear(2, 2), layers=["fc9"])
+    with pytest.raises(GiftError, match="track"):
+        get_hook("gift_fp8", model=nn.Linear(2, 2), select_by="gain", track="selected")
+    for kw in ({"rank": 0}, {"ema": 1.0}, {"refresh_every": 0}, {"select_k": 0}, {"select_by": "random"}, {"select_warmup": 0}):
+        with pytest.raises(GiftError):
+            get_hook("gift_fp8", model=nn.Linear(2, 2), **kw)
+
+
+# -- selection ---------------------------------------------------------------------------------------
+
+
+def test_saturation_rates_by_hand():
+    x = torch.tensor([448.0, 1e-9, 0.0, 1.0])  # e4m3, amax 448 -> scale 1: 448 is at the top, 1e-9 flushes to 0
+    codec = get_codec("fp8_e4m3")
+    assert saturation_rates(codec, codec.encode(x), x) == (0.25, 0.25)
+    x = torch.tensor([6.0, 5.9, 1e-12, 0.0] + [1.0] * 12)  # nvfp4: 6 and 5.9 round to the code 6
+    codec = get_codec("nvfp4")
+    up, low = saturation_rates(codec, codec.encode(x), x)
+    assert up == pytest.approx(2 / 16) and low == pytest.approx(1 / 16)
+
+
+def test_layer_selector_scores_and_schedule():
+    sel = LayerSelector(["a", "b", "c"], select_by="saturation", k=1, warmup=2, every=3)
+    assert [s for s in range(12) if sel.due(s)] == [2, 5, 8, 11]
+    sel.observe("a", upper=0.1, lower=0.0, euclid_err=0.03)
+    sel.observe("b", upper=0.2, lower=0.1, euclid_err=0.02)
+    sel.observe("b", upper=0.0, lower=0.1, euclid_err=0.02)  # mean 0.1 + 0.1
+    assert sel.select(2) == ("b",)  # c unobserved: never selected
+    assert sel.history[-1]["scores"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.2), "c": None}
+    assert float(sel.window.abs().sum()) == 0.0
+    gain = LayerSelector(["a", "b", "c"], select_by="gain", threshold=1.5, warmup=1, every=None)
+    gain.observe("a", euclid_err=0.03, gift_err=0.01)
+    gain.observe("b", euclid_err=0.03, gift_err=0.03)
+    gain.observe("c", euclid_err=0.03, gift_err=0.015)
+    assert gain.select(1) == ("a", "c") and not gain.collecting(1) and gain.collecting(0)
+    top = LayerSelector(["a", "b"], select_by="gain", k=2, warmup=1)
+    top.observe("a", euclid_err=0.03, gift_err=0.02)
+    top.observe("b", euclid_err=0.03, gift_err=0.04)  # GIFT worse: never selected, even with room in the top k
+    assert top.select(1) == ("a",) and top.history[-1]["scores"]["b"] == pytest.approx(0.75)
+    err = LayerSelector(["a", "b"], select_by="error", k=0.5, warmup=1)
+    err.observe("a", euclid_err=0.02)
+    err.observe("b", euclid_err=0.02)
+    assert err.select(1) == ("a",)  # tie: the earlier candidate
+    fixed = LayerSelector(["a", "b"], initial=["b"], warmup=None, every=4)
+    assert fixed.selected == ("b",) and [s for s in range(9) if fixed.due(s)] == [4, 8]
+
+
+# -- GIFT state, single process ---------------------------------------------------------------------
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("ema_per, old_weight", [("refresh", 0.5), ("step", 0.25)])
+def test_gift_state_tracks_the_input_covariance_with_ema_and_refresh_period(ema_per, old_weight):
+    model = Tiny()
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], refresh_every=2, ema=0.5, ema_per=ema_per, rank=4,
+                           damping=0.0, reselect_every=None, collect="refresh")
+    assert state.layers == ("fc1", "fc2") and state.selected == ("fc1",)
+    xs = [torch.randn(5, 4) for _ in range(3)]
+    for step, x in enumerate(xs):
+        with torch.no_grad():  # evaluation passes never count
+            model(torch.randn(7, 4) * 100)
+        model.zero_grad()
+        model(x).sum().backward()
+        assert state.tracker.count("fc1") == (5 if step % 2 == 0 else 0)  # collected on refresh steps only
+        hook(state, FakeBucket(list(model.parameters()))).wait()
+    a0, a2 = xs[0].double().T @ xs[0].double() / 5, xs[2].double().T @ xs[2].double() / 5
+    expected = old_weight * a0 + (1 - old_weight) * a2  # b = ema per refresh, or ema ** 2 (two steps elapsed)
+    assert state.refreshes == 2 and state.step == 3
+    assert torch.allclose(state._cov["fc1"], expected, atol=1e-5)
+    assert torch.allclose(state.whitening["fc1"].matrix(1.0), expected, atol=1e-4)
+    state.close()
+    model(torch.randn(2, 4)).sum().backward()
+    assert state.tracker.count("fc1") == 0  # hooks removed
+
+
+def test_gift_collects_every_forward_between_refreshes_by_default():
+    model = Tiny()
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc2"], refresh_every=3, ema=0.0, damping=0.0,
+                           reselect_every=None)
+    xs = [torch.randn(4 + t, 4) for t in range(4)]
+    for x in xs:
+        model.zero_grad()
+        model(x).sum().backward()
+        hook(state, FakeBucket(list(model.parameters()))).wait()
+    h = [torch.relu(model.fc1(x)).detach().double() for x in xs[1:]]  # fc2's inputs at steps 1..3 (fc1 unchanged)
+    expected = sum(a.T @ a for a in h) / sum(a.shape[0] for a in h)
+    assert state.refreshes == 2 and torch.allclose(state._cov["fc2"], expected, atol=1e-5)
+
+
+def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
+    model = Tiny()
+    x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None)
+    model(x).sum().backward()  # the forward hooks collect A (step 0 is a refresh step)
+    codec = get_codec("fp8_e4m3")
+    params = list(model.parameters())
+    bucket = FakeBucket(params)
+    grads = [p.grad.clone() for p in params]
+    out = hook(state, bucket).wait()
+    w = state.whitening["fc1"]
+    u = w.whiten(grads[0])
+    dec = codec.decode(codec.encode(u), u.numel()).view(u.shape)
+    assert torch.equal(out[:32], w.unwhiten(dec).reshape(-1))  # fc1.weight: GIFT
+    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)  # EF in whitened coordinates
+    for (start, stop), g in zip([(32, 40), (40, 64), (64, 67)], grads[1:]):  # the rest: Euclidean, no EF
+        assert torch.equal(out[start:stop], codec.decode(codec.encode(g), g.numel()))
+    rec = state.history[-1]
+    assert rec.payload_bytes == sum(codec.nbytes(p.numel()) for p in params)
+    assert rec.per_param["fc1.weight"]["path"] == "gift" and rec.per_param["fc2.weight"]["path"] == "euclid"
+    table = {r["layer"]: r for r in state.layer_table()}
+    assert table["fc1"]["selected"] and not table["fc2"]["selected"]
+    assert table["fc1"]["gift_rel_error"] is not None and table["fc2"]["gift_rel_error"] is not None
+    # second step: the residual comes back in
+    out2 = hook(state, FakeBucket(params, grads=grads)).wait()
+    x2 = u + (u - dec)
+    dec2 = codec.decode(codec.encode(x2), u.numel()).view(u.shape)
+    assert torch.equal(out2[:32], w.unwhiten(dec2).reshape(-1))
+
+
+def test_gift_error_feedback_is_rebased_when_the_factors_change():
+    """Sent (original coordinates) + the residual mapped back telescopes to the sum of the gradients,
+    across refreshes of A, because R <- R A_old^{1/2} A_new^{-1/2} keeps R A^{1/2} unchanged."""
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(6, 4, generator=gen) * torch.tensor([10.0, 1.0, 0.1, 0.01]) * (1 + t) for t in range(5)]
+    gaps = {}
+    for rebase in (True, False):
+        model = Tiny()
+        state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, refresh_every=2, ema=0.0,
+                               rebase_error_feedback=rebase, reselect_every=None)
+        sent, total = torch.zeros(8, 4, dtype=torch.float64), torch.zeros(8, 4, dtype=torch.float64)
+        for x in xs:
+            model.zero_grad()
+            model(x).sum().backward()
+            total += model.fc1.weight.grad.double()
+            sent += hook(state, FakeBucket(list(model.parameters()))).wait()[:32].view(8, 4).double()
+        assert state.refreshes == 3
+        held = state.whitening["fc1"].unwhiten(state.gift_error_feedback.residuals["fc1"]).double()
+        gaps[rebase] = float((sent + held - total).norm() / total.norm())
+    assert gaps[True] < 1e-5 < 1e-3 < gaps[False]
+
+
+@pytest.mark.parametrize("name", ["fp8_ef", "gift_fp8"])
+def test_hook_state_dict_resumes_bit_exactly(name):
+    gen = torch.Generator().manual_seed(7)
+    xs = [torch.randn(6, 4, generator=gen) * torch.tensor([10.0, 1.0, 0.1, 0.01]) for _ in range(6)]
+    kw = dict(select_warmup=2, reselect_every=2, refresh_every=3, rank=2) if name == "gift_fp8" else {}
+
+    def run(model, state, hook, steps):
+        outs = []
+        for x in steps:
+            model.zero_grad()
+            model(x).sum().backward()
+            outs.append(hook(state, FakeBucket(list(model.parameters()))).wait())
+        return outs
+
+    model = Tiny()
+    state, hook = get_hook(name, model=model, **kw)
+    straight = run(model, state, hook, xs)
+    model = Tiny()
+    state, hook = get_hook(name, model=model, **kw)
+    first = run(model, state, hook, xs[:4])
+    saved = state.state_dict()
+    model = Tiny()  # a fresh process: same weights (the hooks never change them here)
+    state, hook = get_hook(name, model=model, **kw)
+    state.load_state_dict(saved)
+    assert state.step == 4
+    for a, b in zip(straight, first + run(model, state, hook, xs[4:])):
+        assert torch.equal(a, b)
+    with pytest.raises(HookError, match="lacks"):
+        state.load_state_dict({})
+
+
+def test_gift_automatic_selection_after_warmup():
+    model = Tiny()
+    state, hook = get_hook("gift_nvfp4", model=model, select_warmup=2, reselect_every=2, select_k=1,
+                           select_by="error", refresh_every=1)
+    for _ in range(5):
+        model.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        hook(state, FakeBucket(list(model.parameters()))).wait()
+    assert [h["step"] for h in state.selector.history] == [2, 4]
+    assert all(len(h["selected"]) == 1 for h in state.selector.history)
+    assert state.history[0].extra_bytes == 0  # world of one: no side collective
+
+
+# -- real 2-process gloo DDP ------------------------------------------------------------------------
+
+_STEPS, _B = 6, 8
+_GIFT = dict(select_warmup=2, reselect_every=2, refresh_every=2, rank=4)
+_RUNS = {  # name -> (hook, kwargs, DDP kwargs)
+    "default": (None, {}, {}),
+    "fp32": ("fp32", {}, {}),
+    "fp8": ("fp8", {}, {}),
+    "fp8_e5m2_b16": ("fp8", {"fmt": "e5m2", "block_size": 16}, {}),
+    "fp8_ef": ("fp8_ef", {}, {}),
+    "nvfp4": ("nvfp4", {}, {}),
+    "gift_fp8": ("gift_fp8", dict(_GIFT, measure_error=True), {}),
+    "gift_fp8_views": ("gift_fp8", dict(_GIFT, fmt="e5m2", select_by="gain", euclidean_error_feedback=True),
+                       {"gradient_as_bucket_view": True}),
+    "gift_nvfp4": ("gift_nvfp4", dict(_GIFT, layers=["0", "4"], reselect_every=None), {}),
+}
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 4))
+
+
+def _data(world):
+    gen = torch.Generator().manual_seed(1)
+    mix = torch.randn(16, 16, generator=gen) * torch.logspace(0, -2, 16)  # anisotropic inputs
+    return [(torch.randn(world * _B, 16, generator=gen) @ mix + 1.0, torch.randn(world * _B, 4, generator=gen))
+            for _ in range(_STEPS)]
+
+
+def _worker(rank: int, world: int, init: str, outdir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        data = [(x[rank * _B : (rank + 1) * _B], y[rank * _B : (rank + 1) * _B]) for x, y in _data(world)]
+        out = {}
+        for run, (name, kw, ddp_kw) in _RUNS.items():
+            model = _mlp()
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002, **ddp_kw)  # several buckets
+            state = None
+            if name is not None:
+                state, hook = get_hook(name, **({"model": model} if name.startswith("gift") else {}), **kw)
+                ddp.register_comm_hook(state, hook)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            for x, y in data:
+                opt.zero_grad()
+                nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+            out[run] = {
+                "params": [p.detach().clone() for p in model.parameters()],
+                "records": [r.as_dict() for r in state.history] if state is not None else None,
+                "selections": [(h["step"], h["selected"]) for h in state.selector.history] if hasattr(state, "selector") else None,
+                "layers": getattr(state, "layers", None),
+                "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
+                "layer_history": list(getattr(state, "layer_history", [])),
+            }
+        torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # ~10 s: two processes import torch and run 9 short DDP trainings
+def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_bytes(tmp_path):
+    world = 2
+    mp.spawn(_worker, args=(world, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=world, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(world))
+    params = list(_mlp().parameters())
+    for run in _RUNS:
+        for a, b in zip(r0[run]["params"], r1[run]["params"]):
+            assert torch.equal(a, b), run  # replicas bit-identical
+    for a, b in zip(r0["fp32"]["params"], r0["default"]["params"]):
+        assert torch.equal(a, b)  # our fp32 hook == DDP's own allreduce, bit for bit
+    for run in ("fp8", "fp8_e5m2_b16", "fp8_ef", "nvfp4", "gift_fp8", "gift_fp8_views", "gift_nvfp4"):
+        drift = max(float((a - b).abs().max()) for a, b in zip(r0[run]["params"], r0["default"]["params"]))
+        assert 0 < drift < 0.05, (run, drift)  # low precision changed something, and not much
+
+    codecs = {"fp32": "fp32", "fp8": "fp8_e4m3", "fp8_e5m2_b16": "fp8_e5m2_b16", "fp8_ef": "fp8_e4m3", "nvfp4": "nvfp4",
+              "gift_fp8": "fp8_e4m3", "gift_fp8_views": "fp8_e5m2", "gift_nvfp4": "nvfp4"}
+    for run, codec_name in codecs.items():
+        codec = get_codec(codec_name)
+        expected = sum(codec.nbytes(p.numel()) for p in params)
+        for recs in (r0[run]["records"], r1[run]["records"]):
+            assert [r["step"] for r in recs] == list(range(_STEPS))
+            assert all(r["payload_bytes"] == expected for r in recs), run
+            assert all(r["fp32_bytes"] == 4 * sum(p.numel() for p in params) for r in recs)
+            assert max(r["buckets"] for r in recs) >= 2, run  # really several buckets (after DDP's rebuild)
+            if not run.startswith("gift"):
+                assert all(r["extra_bytes"] == 0 for r in recs)
+
+    # GIFT: side collectives counted exactly; the same selections on both ranks
+    dims = {"0": 16, "2": 32, "4": 32}
+    tri = sum(d * (d + 1) // 2 + 1 for d in dims.values())  # upper triangles + row counts, float32
+    factors = sum(d * 4 + 4 + 1 for d in dims.values())  # rank 4 basis + eigenvalues + c, float32
+    stats = 3 * len(LayerSelector.FIELDS)  # float64
+    for run in ("gift_fp8", "gift_fp8_views"):
+        assert r0[run]["selections"] == r1[run]["selections"]
+        assert [s for s, _ in r0[run]["selections"]] == [2, 4]
+        assert r0[run]["whitening"] == {k: (d, 4) for k, d in dims.items()}
+        extra = [r["extra_bytes"] for r in r0[run]["records"]]
+        assert extra == [4 * (tri + factors), 0, 4 * (tri + factors) + 8 * stats, 0, 4 * (tri + factors) + 8 * stats, 0]
+    assert r0["gift_nvfp4"]["selections"] == []  # fixed set, never re-selected
+    assert [r["extra_bytes"] for r in r0["gift_nvfp4"]["records"]][::2] == [4 * (tri + factors)] * 3
+    # the per-layer picture: every candidate measured every step, GIFT path on the selected ones
+    hist = r0["gift_fp8"]["layer_history"]
+    assert len(hist) == 3 * _STEPS and all(h["euclid_rel_error"] > 0 for h in hist)
+    assert all(h["gift_rel_error"] is not None for h in hist)
+    chosen = {s: set(sel) for s, sel in r0["gift_fp8"]["selections"]}
+    for h in hist:
+        active = chosen[4] if h["step"] >= 4 else chosen[2] if h["step"] >= 2 else set()
+        assert h["selected"] == (h["layer"] in active)
