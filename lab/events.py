@@ -62,10 +62,24 @@ class Event:
     payload: dict[str, Any]
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection in WAL mode with a busy timeout, autocommit off (explicit transactions)."""
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
+def connect(path: Path, *, timeout_s: float = 30.0) -> sqlite3.Connection:
+    """A connection in WAL mode with a busy timeout, autocommit off (explicit transactions).
+
+    When several processes open a new file at once, SQLite can answer "database is locked" to
+    the switch into WAL mode without waiting (the busy timeout does not cover it): that is
+    retried for up to ``timeout_s`` seconds."""
+    conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    deadline, delay = time.monotonic() + timeout_s, 0.01
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(delay)
+            delay = min(0.2, delay * 2)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn

@@ -47,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.events import Event, EventLog, EventLogError
+from lab.events import Event, EventLog
 
 __all__ = [
     "KIND_CHECKPOINT",
@@ -75,20 +75,10 @@ _TB_SCALARS = {  # payload key -> TensorBoard tag
 }
 
 
-def open_log(path: str | Path, *, timeout_s: float = 30.0) -> EventLog:
-    """:class:`lab.events.EventLog` opened with retries: when several ranks open a new log at once,
-    SQLite can answer "database is locked" to the switch into WAL mode without waiting (the busy
-    timeout does not cover it); we retry that for up to ``timeout_s`` seconds. Other errors raise
-    :class:`lab.events.EventLogError` at once."""
-    deadline, delay = time.monotonic() + timeout_s, 0.01
-    while True:
-        try:
-            return EventLog(path)
-        except EventLogError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(0.2, delay * 2)
+def open_log(path: str | Path) -> EventLog:
+    """The shared :class:`lab.events.EventLog` (which retries the WAL switch when several ranks
+    create the file at once). Raises :class:`lab.events.EventLogError` if it cannot be opened."""
+    return EventLog(path)
 
 
 class RunRecorder:
