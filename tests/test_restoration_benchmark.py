@@ -1,0 +1,171 @@
+"""benchmarks.restoration on its --quick setting (a few seconds): keys, row schema, the Bayes ceiling, claims, goals.
+
+Also the learned-prior path, with a stand-in loader (a tiny velocity network on 28x28 images): the
+benchmark includes a prior as soon as ``lab.generative.priors.load_learned_prior`` returns one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import restoration as R
+
+ROW_KEYS = {"prior", "dataset", "task", "method", "nfe", "psnr", "ssim", "s_per_image", "n_images"}
+CLAIM_KEYS = {"claim", "paper_value", "measured", "holds"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("restoration") / "r.json"
+    R.main(["--quick", "--out", str(out), "--quiet"])
+    return json.loads(out.read_text())
+
+
+def test_top_level_keys_and_inputs(quick):
+    for key in ("benchmark", "machine", "inputs", "priors", "results", "claims", "goals", "degraded", "learned_priors"):
+        assert key in quick, key
+    assert quick["benchmark"] == "restoration"
+    assert quick["machine"]["torch"].startswith("2.13.0")
+    assert quick["inputs"]["quick"] is True and quick["inputs"]["nfes"] == [20]
+    assert quick["priors"]["gaussian"]["n_images"] == R.QUICK["n_images"]
+    assert quick["priors"]["gaussian"]["tasks"] == list(R.QUICK["tasks"])
+
+
+def test_rows_have_the_schema_and_cover_every_method_and_task(quick):
+    rows = quick["results"]
+    assert len(rows) == len(R.QUICK["tasks"]) * len(R.METHODS)
+    for r in rows:
+        assert ROW_KEYS <= set(r), r
+        assert r["prior"] == "gaussian" and r["dataset"] == "sklearn-digits-8x8"
+        assert r["nfe"] == 20 and r["n_images"] == R.QUICK["n_images"]
+        assert math.isfinite(r["psnr"]) and 5 < r["psnr"] < 60
+        assert -1 <= r["ssim"] <= 1 and r["s_per_image"] >= 0
+        assert r["hyper_source"]
+        assert r["nfe_used"] == (0 if r["method"] == "bayes" else 20)
+    assert {(r["task"], r["method"]) for r in rows} == {(t, m) for t in R.QUICK["tasks"] for m in R.METHODS}
+    # every method that has tuned values for the digits prior uses them; rebridge_as_written never does
+    for r in rows:
+        if r["method"] == "rebridge_as_written":
+            assert r["hyper_source"] == "paper" and r["hyper"]["kappa"] == 5.0 and r["hyper"]["lam"] == 1.0
+        elif r["method"] != "bayes":
+            assert r["hyper_source"].startswith("tuned:gaussian-digits"), r
+
+
+def test_bayes_rows_and_gap_to_bayes(quick):
+    rows = quick["results"]
+    bayes = {r["task"]: r for r in rows if r["method"] == "bayes"}
+    assert set(bayes) == set(R.QUICK["tasks"])
+    for r in rows:
+        assert r["gap_to_bayes_db"] == pytest.approx(bayes[r["task"]]["psnr"] - r["psnr"], abs=2e-4)
+        # On this quick set nobody beats the exact posterior mean. (On real held-out digits, which are not
+        # draws from the fitted Gaussian, a method can: the variant passes it by 0.06 dB on box inpainting.)
+        assert r["gap_to_bayes_db"] >= -1e-6, r
+    assert all(b["gap_to_bayes_db"] == 0 for b in bayes.values())
+
+
+def test_claims_rows(quick):
+    claims = quick["claims"]
+    for c in claims:
+        assert CLAIM_KEYS <= set(c), c
+        assert isinstance(c["claim"], str) and c["claim"]
+        assert c["paper_value"] not in (None, "", {})
+        assert c["measured"] not in (None, "", {})
+        assert isinstance(c["holds"], bool)
+        assert c["criterion"] and c["prior"] == "gaussian"
+    text = " | ".join(c["claim"] for c in claims)
+    for needle in ("kappa sweep", "rho = 0", "clean-side anchoring only", "hard re-coupling", "K sweep",
+                   "flow prior only", "beats PnP-Flow and Flower", "Prop. 3.2", "rho = lambda = 1"):
+        assert needle in text, needle
+    # the closed form's residual identity is exact; rho enters only as sigma_y^2 rho, so rho = 0 changes nothing
+    prop = next(c for c in claims if "Prop. 3.2" in c["claim"])
+    assert prop["holds"] and prop["measured"]["max_relative_error"] < 1e-9
+    rho0 = next(c for c in claims if c["claim"].startswith("rho = 0"))
+    assert not rho0["holds"]
+    for task, m in rho0["measured"].items():
+        if isinstance(m, dict):
+            assert abs(m["full_minus_ablation_db"]) < 0.01, (task, m)
+
+
+def test_goals(quick):
+    goals = quick["goals"]
+    bayes_goal = [g for g in goals if g.get("prior") == "gaussian"]
+    assert len(bayes_goal) == 1 and bayes_goal[0]["nfe"] == 20
+    assert set(bayes_goal[0]["gap_db"]) == set(R.QUICK["tasks"])
+    assert bayes_goal[0]["holds"] is True  # the variant is within 0.5 dB of the ceiling
+
+
+def test_degraded_reference(quick):
+    for task in R.QUICK["tasks"]:
+        d = quick["degraded"]["gaussian"][task]
+        assert math.isfinite(d["psnr"]) and -1 <= d["ssim"] <= 1
+
+
+def test_learned_prior_status_without_and_with_a_loader(monkeypatch):
+    from lab.generative import datasets
+    from lab.generative.priors import LearnedPrior
+
+    # the real probe never raises: each shipped name is either included or says why not
+    specs, status = R.learned_prior_specs()
+    assert set(status) == set(R.LEARNED_NAMES)
+    assert [s.name for s in specs] == [n for n in R.LEARNED_NAMES if status[n] == "included"]
+    assert all(v == "included" or v.startswith("not included: ") for v in status.values())
+
+    monkeypatch.setattr(R, "_find_loader", lambda: None)
+    specs, status = R.learned_prior_specs(("mnist",))
+    assert specs == [] and status["mnist"].startswith("not included")
+
+    class Tiny(torch.nn.Module):  # v(x, t) = -x + t-dependent bias: a stand-in velocity network
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 1, 3, padding=1)
+
+        def forward(self, x, t):
+            return self.conv(x) - x + t[:, None, None, None] / 1000
+
+    def fake_loader(name):
+        if name != "mnist":
+            raise FileNotFoundError(f"no weights for {name}")
+        torch.manual_seed(0)
+        return LearnedPrior(Tiny(), (1, 28, 28), time_scale=1000)
+
+    monkeypatch.setattr(R, "_find_loader", lambda: fake_loader)
+    monkeypatch.setattr(datasets, "load", lambda name, split="train": torch.rand(5, 1, 28, 28) * 2 - 1)
+    specs, status = R.learned_prior_specs(("mnist", "natural32"))
+    assert [s.name for s in specs] == ["mnist"] and status["mnist"] == "included"
+    assert status["natural32"].startswith("not included: FileNotFoundError")
+    assert specs[0].tasks_for((1, 28, 28)) == ("denoise", "deblur", "sr4", "inpaint_random", "inpaint_box")
+    out = R.run(priors=("mnist",), nfes=(20,), n_images=2, tasks=("sr4", "inpaint_box"),
+                methods=("bayes", "recoupled_admm", "flower", "pnp_flow", "rebridge"), claims=False, log=lambda s: None)
+    rows = out["results"]
+    assert {r["method"] for r in rows} == {"recoupled_admm", "flower", "pnp_flow", "rebridge"}  # no ceiling for a network
+    assert all(r["prior"] == "mnist" and r["hyper_source"] == "paper" and "gap_to_bayes_db" not in r for r in rows)
+    goal = [g for g in out["goals"] if g["prior"] == "mnist"]
+    assert goal and goal[0]["binding"] is True and goal[0]["wins"].endswith("/2")
+
+
+def test_ssim_metric_matches_scikit_image():
+    from skimage.metrics import structural_similarity
+
+    from lab.generative.errors import GenerativeError
+    from lab.generative.metrics import psnr, ssim
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 1, 8, 8, generator=g, dtype=torch.float64) * 2 - 1
+    z = (x + 0.2 * torch.randn(x.shape, generator=g, dtype=torch.float64)).clamp(-1, 1)
+    s = ssim(z, x)
+    assert s.shape == (3,) and s.dtype == torch.float64
+    assert torch.allclose(ssim(x, x), torch.ones(3, dtype=torch.float64))
+    for i in range(3):
+        ref = structural_similarity(((z[i, 0] + 1) / 2).numpy(), ((x[i, 0] + 1) / 2).numpy(), data_range=1.0)
+        assert float(s[i]) == pytest.approx(ref, abs=1e-12)
+    rgb = torch.rand(2, 3, 28, 28, generator=g) * 2 - 1
+    assert ssim(rgb, rgb).allclose(torch.ones(2, dtype=torch.float64))
+    assert psnr(z, x).shape == (3,)  # the existing metric is unchanged
+    with pytest.raises(GenerativeError):
+        ssim(x, x[:, :, :4])
+    with pytest.raises(GenerativeError):
+        ssim(x[:, :, :2, :2], x[:, :, :2, :2])
