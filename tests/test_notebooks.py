@@ -58,6 +58,21 @@ def test_notebook_runs_headless(path):
         assert "all runs finished: True" in out and "fewest bytes: scape90 (0.100 of fp32)" in out
         widget = [c for c in code if "TrainingMonitor(" in c.source][0]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
+    if path.name == "07_image_restoration.ipynb":
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        out = "\n".join(_text(c) for c in code)
+        assert "|grad_a J| = " in out and "J at the minimiser" in out  # the closed form minimises the defect
+        assert "total measurement weight int c(t) dt = 1.410" in out  # kappa = 5
+        rows = re.findall(r"^(\w+): bayes ([\d.]+) variant ([\d.]+) flower ([\d.]+) pnp_flow ([\d.]+) rebridge ([\d.]+)$", out, re.M)
+        assert [r[0] for r in rows] == ["denoise", "deblur", "sr2", "inpaint_random", "inpaint_box"], rows
+        for task, bayes, variant, flower, pnp, rebridge in rows:
+            bayes, variant, flower, pnp, rebridge = map(float, (bayes, variant, flower, pnp, rebridge))
+            assert abs(variant - bayes) <= 0.5, (task, bayes, variant)  # the variant within 0.5 dB of the Bayes ceiling
+            assert rebridge < flower and rebridge < pnp, (task, rebridge, flower, pnp)  # ReBridge-Flow as written under both
+            assert bayes >= flower, (task, bayes, flower)
+        widget = [c for c in code if "RestorationDemo(" in c.source][0]
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
+        assert re.search(r"ReBridge-Flow \(as written\) on inpaint_box at 50 NFE: degraded [\d.]+ dB", out)
     if path.name == "02_federated_sites.ipynb":
         out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
         assert "job.completed exit code 0 -> output: 800000" in out  # wc -l of the staged input, via the continuation

@@ -10,11 +10,16 @@ nothing themselves.
   decisions; click a node for its lineage and details.
 * :class:`TrainingMonitor` -- training runs followed live from their event log: loss, step time split into
   compute and communication, bytes sent, codec error, overlaid per run, and every rank's status.
+* :class:`RestorationDemo` -- flow-matching image restoration of one image (a test image or the user's upload):
+  degradation, method (ReBridge-Flow and its readings, the re-coupled ADMM variant, the baselines), NFE and
+  hyper-parameters in; degraded, restored, ground truth and Bayes ceiling with PSNR/SSIM out, and a scrubbable
+  trajectory of a_hat, b_hat, b_bar, the defect terms and the measurement mismatch per step.
 """
 
 from widgets.live_dashboard import LiveSitesDashboard
 from widgets.provenance_explorer import ProvenanceExplorer
 from widgets.queue_dashboard import QueueDashboard
+from widgets.restoration_demo import RestorationDemo
 from widgets.training_monitor import TrainingMonitor
 
-__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "TrainingMonitor"]
+__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "RestorationDemo", "TrainingMonitor"]
