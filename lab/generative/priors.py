@@ -337,7 +337,8 @@ class LearnedPrior(FlowPrior):
         1 = clean: convert diffusers' sigma-schedulers at one place, outside).
 
     The network runs in the input's dtype on the input's device; no ``torch.no_grad`` is imposed,
-    so gradient-based methods (OT-ODE, D-Flow) can backpropagate. Training comes later (issue #5).
+    so gradient-based methods (OT-ODE, D-Flow) can backpropagate. The lab's trained UNet priors load
+    with :meth:`from_registry` (``lab.generative.learned``; trained by ``lab.generative.train_prior``).
     Source: flow matching, Lipman et al., ICLR 2023.
     """
 
@@ -346,6 +347,14 @@ class LearnedPrior(FlowPrior):
         if not callable(net):
             raise PriorError(f"LearnedPrior: net must be a callable nn.Module, got {type(net).__name__}")
         self.net, self.time_scale = net, float(time_scale)
+
+    @classmethod
+    def from_registry(cls, name: str, device=None, dtype: torch.dtype = torch.float32) -> "LearnedPrior":
+        """A shipped prior (``"mnist"``, ``"natural32"``, ``"medical32"``), its weights verified through
+        the data registry: see :func:`lab.generative.learned.load_learned_prior`."""
+        from lab.generative.learned import load_learned_prior
+
+        return load_learned_prior(name, device=device, dtype=dtype)
 
     def _velocity(self, x, t):
         out = self.net(x, t * self.time_scale)
