@@ -1,0 +1,122 @@
+"""benchmarks.comm --quick: the JSON schema of issue 6 and relations that must hold on real runs.
+
+One quick run (tiny GPT on the Shakespeare text, a few steps; three 2-rank torchrun jobs) feeds every
+test here. Timings are not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import comm
+
+pytestmark = pytest.mark.slow
+
+CODEC_KEYS = ("rel_l2", "rel_l2_selected_layers", "cosine", "bytes", "encode_decode_speed_ratio")
+TRAIN_KEYS = ("train_loss", "val_loss", "bytes_per_step", "step_s", "ranks", "steps", "lr", "bytes_vs_dense")
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("comm")
+    out = tmp / "comm.json"
+    comm.main(["--out", str(out), "--quick", "--workdir", str(tmp / "runs")])
+    return json.loads(out.read_text())
+
+
+def test_top_level_schema(result):
+    assert result["benchmark"] == "comm"
+    assert result["machine"]["torch"].startswith("2.13.0")
+    assert result["inputs"]["quick"] is True
+    for key in ("codecs", "codecs_detail", "training", "training_detail", "goals", "goals_met"):
+        assert key in result, key
+    assert set(result["goals_met"]) == set(result["goals"])
+    for name in ("gift_selected_layers_2x", "gift_whole_model_1.5x", "gift_val_within_1pct_of_fp32",
+                 "scape90_bytes", "scape90_val", "scape99_bytes", "scape99_val"):
+        assert name in result["goals"], name
+
+
+def test_codecs_keys_and_exact_sizes(result):
+    codecs = result["codecs"]
+    expected = {"fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_b128", "nvfp4", "fp8_ef", "gift_fp8", "gift_nvfp4"}
+    assert expected <= set(codecs)
+    for name, entry in codecs.items():
+        for key in CODEC_KEYS:
+            assert key in entry, (name, key)
+        assert entry["encode_decode_speed_ratio"] > 0
+    detail = result["codecs_detail"]
+    n = detail["model"]["n_params"]
+    n_tensors = len([r for r in detail["per_layer"] if r["step"] == detail["capture_steps"][0]])  # Linear weights only
+    assert codecs["fp32"]["bytes"] == 4 * n
+    # one FP32 scale per parameter tensor: n codes plus 4 bytes per tensor (more tensors than Linear weights)
+    assert codecs["fp8_e4m3"]["bytes"] > n + 4 * n_tensors and (codecs["fp8_e4m3"]["bytes"] - n) % 4 == 0
+    assert 0.25 <= codecs["fp8_e4m3"]["bytes"] / codecs["fp32"]["bytes"] < 0.26
+    assert codecs["fp8_e5m2"]["bytes"] == codecs["fp8_e4m3"]["bytes"] == codecs["gift_fp8"]["bytes"] == codecs["fp8_ef"]["bytes"]
+    assert codecs["fp8_e4m3_b128"]["bytes"] > codecs["fp8_e4m3"]["bytes"]
+    assert codecs["nvfp4"]["bytes"] == codecs["gift_nvfp4"]["bytes"] < 0.6 * codecs["fp8_e4m3"]["bytes"]
+    assert codecs["gift_fp8"]["side_bytes_per_step"] > 0
+
+
+def test_codec_errors_follow_the_formats(result):
+    c = result["codecs"]
+    assert c["fp32"]["rel_l2"] == 0.0 and c["fp32"]["cosine"] == pytest.approx(1.0)
+    # rounding error is set by the mantissa: e4m3 (3 bits) about half of e5m2 (2 bits); NVFP4 worse still
+    assert 0.015 < c["fp8_e4m3"]["rel_l2"] < 0.035
+    assert 1.6 < c["fp8_e5m2"]["rel_l2"] / c["fp8_e4m3"]["rel_l2"] < 2.6
+    assert c["nvfp4"]["rel_l2"] > c["fp8_e5m2"]["rel_l2"]
+    for name in ("fp8_e4m3", "fp8_e5m2", "nvfp4", "gift_fp8"):
+        assert 0.99 < c[name]["cosine"] < 1.0
+    # error feedback: the error of the SUM over a window is smaller than plain FP8's on the same window
+    last = str(result["codecs_detail"]["capture_steps"][-1])
+    window = c["fp8_ef"]["by_step"][last]
+    assert window["fp8_ef"]["rel_l2"] < window["fp8"]["rel_l2"]
+
+
+def test_per_layer_picture_and_selection(result):
+    detail = result["codecs_detail"]
+    rows = detail["per_layer"]
+    steps = detail["capture_steps"]
+    layers = {r["layer"] for r in rows}
+    assert "head" in layers and len(rows) == len(layers) * len(steps)
+    for r in rows:
+        assert r["fp8_e4m3"] > 0 and r["gift_fp8"] > 0  # factors exist from step 1 on (step 1's own forward)
+        assert r["gift_gain_fp8"] == pytest.approx(r["fp8_e4m3"] / r["gift_fp8"])
+    assert detail["selection_rule"]["name"] == comm.MAIN_RULE
+    assert set(detail["profile"]["initial_selection"]) == set(comm._RULES)
+    for step, entry in detail["by_step"].items():
+        assert set(entry["rules"]) == set(comm._RULES)
+        for rule in entry["rules"].values():
+            assert set(rule["selected"]) <= layers
+    g = result["goals"]["gift_whole_model_1.5x"]
+    assert set(g["by_step"]) == {str(s) for s in steps} and isinstance(g["met"], bool)
+
+
+def test_training_keys_and_relations(result):
+    t = result["training"]
+    assert {"fp32", "fp8", "scape90", "adams"} <= set(t)
+    for name, entry in t.items():
+        for key in TRAIN_KEYS:
+            assert key in entry, (name, key)
+        assert entry["ranks"] == 2 and entry["steps"] == result["inputs"]["train_steps"]
+        assert math.isfinite(entry["val_loss"]) and math.isfinite(entry["train_loss"])
+    assert t["fp32"]["val_loss"] == t["adams"]["val_loss"] and t["fp32"]["same_run_as"] == "adams"
+    assert t["fp32"]["bytes_vs_dense"] == pytest.approx(1.0)
+    # FP8: one byte per value plus a 4-byte scale per parameter tensor
+    assert 0.25 <= t["fp8"]["bytes_per_step"] / t["fp32"]["bytes_per_step"] < 0.27
+    # the same data and seed: a few FP8 steps move the loss by far less than training does
+    assert abs(t["fp8"]["val_loss"] - t["fp32"]["val_loss"]) < 0.02
+
+
+def test_scape_bytes(result):
+    s = result["training"]["scape90"]
+    assert 0 < s["mask_coverage"] <= 1
+    b = s["bytes_breakdown"]
+    assert b["mask_sync"] == "local" and b["mask_bytes_per_sparse_step"] == 0
+    assert b["dense_steps"] == 1
+    assert 0.09 < b["k_fraction"] <= 0.11 and b["steady_state_bytes_vs_dense"] <= 0.11
+    steps = s["steps"]
+    # every step's bytes: one dense step (4 n), then k values of 4 bytes
+    assert s["bytes_vs_dense"] == pytest.approx((1 + (steps - 1) * b["k_fraction"]) / steps, rel=1e-6)
