@@ -75,6 +75,29 @@ def serve(cmd: list[str], port: int, log_path: Path, *, cwd: Path = ROOT, name: 
                 proc.wait()
 
 
+def voila_notebook(code: str, path: Path) -> Path:
+    """Write a one-cell notebook (``code``, python3 kernel) to ``path`` for :func:`voila_server`."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@contextlib.contextmanager
+def voila_server(notebook: Path, log_path: Path, timeout_s: float = 120):
+    """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port."""
+    import sys
+
+    voila = Path(sys.executable).with_name("voila")
+    port = free_port()
+    cmd = [str(voila), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", notebook.name]
+    with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s) as p:
+        yield p
+
+
 @contextlib.contextmanager
 def make_server(target: str, port_var: str, log_path: Path, timeout_s: float = 120, **make_vars: str):
     """``make -s TARGET PORT_VAR=<free port> ...`` through :func:`serve`; yields the port."""

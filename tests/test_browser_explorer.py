@@ -9,16 +9,10 @@ class (Python's neighbourhood went back to the browser). Fails, never skips, wit
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from pathlib import Path
-
-import nbformat
 import pytest
 
-from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, free_port, serve
+from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, voila_notebook, voila_server
 
-VOILA = Path(sys.executable).with_name("voila")
 
 NOTEBOOK_CODE = f"""
 import sys
@@ -52,14 +46,6 @@ W.VBox([label, explorer])
 """
 
 
-@contextlib.contextmanager
-def voila_server(notebook: Path, log_path: Path, timeout_s: float = 120):
-    """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port."""
-    port = free_port()
-    cmd = [str(VOILA), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", notebook.name]
-    with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s) as p:
-        yield p
-
 
 @pytest.mark.browser
 @pytest.mark.slow
@@ -67,11 +53,7 @@ def test_click_on_a_node_reaches_python_and_highlights_its_lineage(tmp_path):
     from playwright.sync_api import sync_playwright
 
     executable = chromium()
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(NOTEBOOK_CODE)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    notebook = tmp_path / "explorer.ipynb"
-    nbformat.write(nb, notebook)
+    notebook = voila_notebook(NOTEBOOK_CODE, tmp_path / "explorer.ipynb")
 
     with voila_server(notebook, tmp_path / "voila.log") as port, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
