@@ -12,7 +12,6 @@ background thread of the kernel, :meth:`stop` ends that.
 from __future__ import annotations
 
 import html
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lab.hpc.live import LiveSites
+from widgets._refresh import BackgroundRefresh
 
 __all__ = ["LiveSitesDashboard"]
 
@@ -32,7 +32,7 @@ def _clock(t: float) -> str:
     return pd.Timestamp(t, unit="s", tz="UTC").strftime("%H:%M:%S")
 
 
-class LiveSitesDashboard(W.VBox):
+class LiveSitesDashboard(BackgroundRefresh, W.VBox):
     """Live queues of a federation's sites, placement decisions and job events.
 
     Parameters
@@ -50,6 +50,8 @@ class LiveSitesDashboard(W.VBox):
     decisions, events : ipywidgets.HTML
     live : lab.hpc.live.LiveSites
     """
+
+    _refresh_thread_name = "lab-live-dashboard"
 
     def __init__(self, db: str | Path, sites: Sequence[str], *, width: int = 300):
         self.live = LiveSites(db)
@@ -70,8 +72,7 @@ class LiveSitesDashboard(W.VBox):
         self.decisions.add_class("lab-live-decisions")
         self.events = W.HTML()
         self.events.add_class("lab-live-events")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._init_refresh()
         super().__init__([self.status, self.figure, W.HBox([self.decisions, self.events])])
         self.refresh()
 
@@ -118,21 +119,3 @@ class LiveSitesDashboard(W.VBox):
         rows = [{"time": _clock(e.time), "event": e.kind, "about": e.key} for e in list(self.live.events)[-last:][::-1]]
         table = pd.DataFrame(rows).to_html(index=False, border=0) if rows else "<div>no event yet</div>"
         return "<div><b>events</b></div>" + table
-
-    def start(self, interval_s: float = 1.0) -> None:
-        """Refresh every ``interval_s`` seconds from a background thread until :meth:`stop`."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-
-        def loop():
-            while not self._stop.wait(interval_s):
-                self.refresh()
-
-        self._thread = threading.Thread(target=loop, name="lab-live-dashboard", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)

@@ -27,6 +27,7 @@ import traitlets
 from plotly.subplots import make_subplots
 
 from lab.training.monitor import RunMonitor
+from widgets._refresh import BackgroundRefresh
 
 __all__ = ["TrainingMonitor"]
 
@@ -47,7 +48,7 @@ def _state(state: str) -> str:
     return f"<span style='color:{_STATE_COLOUR.get(state, '#000')};font-weight:bold'>{html.escape(state)}</span>"
 
 
-class TrainingMonitor(W.VBox):
+class TrainingMonitor(BackgroundRefresh, W.VBox):
     """Live, overlaid view of training runs that write to one event log.
 
     Parameters
@@ -74,6 +75,8 @@ class TrainingMonitor(W.VBox):
 
     selected = traitlets.List(traitlets.Unicode())
 
+    _refresh_thread_name = "lab-training-monitor"
+
     def __init__(self, events_path: str | Path, runs: Sequence[str] | None = None, *, heartbeat_timeout_s: float = 30.0, width: int = 900):
         self.monitor = RunMonitor(events_path, heartbeat_timeout_s=heartbeat_timeout_s)
         self._fixed = list(runs) if runs is not None else None
@@ -92,8 +95,7 @@ class TrainingMonitor(W.VBox):
         self.table.add_class("lab-training-runs")
         self._cursor = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._init_refresh()
         super().__init__([self.picker, self.figure, self.table])
         self.picker.observe(lambda ch: setattr(self, "selected", list(ch["new"])), "value")
         self.observe(self._on_selected, "selected")
@@ -168,23 +170,3 @@ class TrainingMonitor(W.VBox):
         head = "<tr><th>run</th><th>state</th><th>optimizer / comm</th><th>step</th><th>loss</th><th>val loss</th><th>ranks</th></tr>"
         return f"<table class='lab-training-table'>{head}{''.join(rows)}</table>"
 
-    # ------------------------------------------------------------------ background
-    def start(self, interval_s: float = 1.0) -> None:
-        """Refresh every ``interval_s`` seconds from a background thread until :meth:`stop`."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-
-        def loop():
-            while not self._stop.wait(interval_s):
-                self.refresh()
-
-        self._thread = threading.Thread(target=loop, name="lab-training-monitor", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """End the background refresh (the view keeps what it shows)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
