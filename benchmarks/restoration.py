@@ -532,9 +532,77 @@ def goals(rows: list, specs: list[PriorSpec], nfes) -> list:
 # ------------------------------------------------------------------------------------------ main
 
 
+def _load_spec(name: str) -> PriorSpec:
+    """The spec of prior ``name`` (an exact prior of PRIOR_SPECS or a learned prior's name)."""
+    if name in PRIOR_SPECS:
+        return PRIOR_SPECS[name]()
+    specs, status = learned_prior_specs((name,))
+    if not specs:
+        raise RuntimeError(f"learned prior {name!r}: {status.get(name)}")
+    return specs[0]
+
+
+_BUILT: dict = {}  # (prior name, n_images) -> (spec, prior, test, x, device), one per process
+
+
+def _built(name: str, n_images: int, spec: PriorSpec | None = None):
+    """Build prior ``name`` once per process: ``(spec, prior, test split, x, device)``; exact priors in float64,
+    learned ones in float32 on the network's device. Passing ``spec`` rebuilds from it (what :func:`run` does)."""
+    key = (name, n_images)
+    if spec is not None or key not in _BUILT:
+        spec = spec or _load_spec(name)
+        prior, test = spec.build()
+        dtype = torch.float64 if spec.kind == "exact" else torch.float32
+        net = getattr(prior, "net", None)
+        params = list(net.parameters()) if isinstance(net, torch.nn.Module) else []
+        device = params[0].device if params else torch.device("cpu")
+        x = _subset(test, n_images).to(dtype).to(device)
+        _BUILT[key] = (spec, prior, test, x, device)
+    return _BUILT[key]
+
+
+def _stderr_log(s: str) -> None:
+    print(s, file=sys.stderr, flush=True)
+
+
+def _quiet_log(s: str) -> None:
+    pass
+
+
+_quiet_log.quiet = True
+
+
+def _unit(job: dict, log=None) -> dict:
+    """One unit of work: the result rows of one (prior, task), or the claims of one prior (which read its rows).
+    Runs in the calling process or in a pool worker (``--jobs``); the prior is rebuilt by name in a worker."""
+    log = log or ((lambda s: None) if job["quiet"] else _stderr_log)
+    spec, prior, _, x, _ = _built(job["prior"], job["n_images"])
+    if job["kind"] == "results":
+        rows, degraded = run_results(spec, prior, x, (job["task"],), job["nfes"], job["methods"], job["seed"], log)
+        return {"rows": rows, "degraded": degraded}
+    return {"claims": run_claims(spec, prior, x, job["tasks"], job["nfes"], job["rows"], job["seed"], job["short"], log)}
+
+
+def _run_units(jobs: list[dict], n_workers: int, log) -> list[dict]:
+    """Run ``jobs`` in order (``n_workers`` = 1) or in a pool of spawned processes; results in job order."""
+    if n_workers <= 1 or len(jobs) <= 1:
+        return [_unit(j, log) for j in jobs]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_unit, jobs))
+
+
 def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 40, seed: int = 0, quick: bool = False,
         tasks=None, methods=METHODS, claims: bool = True, learned_nfes=None, learned_methods=None,
-        learned_claims: str = "auto", log=print) -> dict:
+        learned_claims: str = "auto", jobs: int = 1, log=print) -> dict:
+    """The whole benchmark as a dictionary (see the module docstring for the keys).
+
+    ``jobs`` > 1 runs the (prior, task) units, then each prior's claims, in that many spawned worker
+    processes (each with the ``OMP_NUM_THREADS`` of the parent's environment; give each worker a core).
+    Rows come back in the same order as with ``jobs=1``; ``s_per_image`` is then each worker's own time.
+    """
     t_start = time.perf_counter()
     specs: list[PriorSpec] = [PRIOR_SPECS[p]() for p in priors if p in PRIOR_SPECS]
     learned_wanted = [p for p in priors if p not in PRIOR_SPECS]
@@ -543,15 +611,10 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
     if names:
         lspecs, learned_status = learned_prior_specs(names)
         specs += lspecs
-    rows, claim_rows, degraded, info = [], [], {}, {}
+    quiet = log is None or getattr(log, "quiet", False)
+    info, plan = {}, {}
     for spec in specs:
-        prior, test = spec.build()
-        dtype = torch.float64 if spec.kind == "exact" else torch.float32
-        x = _subset(test, n_images).to(dtype)
-        net = getattr(prior, "net", None)
-        params = list(net.parameters()) if isinstance(net, torch.nn.Module) else []
-        device = params[0].device if params else torch.device("cpu")
-        x = x.to(device)
+        _, prior, test, x, device = _built(spec.name, n_images, spec)
         spec_nfes = tuple(learned_nfes or nfes) if spec.kind == "learned" else tuple(nfes)
         spec_methods = tuple(learned_methods or methods) if spec.kind == "learned" else tuple(methods)
         mode = learned_claims if spec.kind == "learned" else "full"
@@ -564,16 +627,24 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
                            "tuning_key": getattr(prior, "tuning_key", None), "nfes": list(spec_nfes),
                            "device": str(device), "methods": list(spec_methods),
                            "claims": "none" if (mode == "none" or not claims) else ("short" if short else "full")}
-        r, d = run_results(spec, prior, x, spec_tasks, spec_nfes, spec_methods, seed, log)
-        rows += r
-        degraded[spec.name] = d
-        if claims and mode != "none" and (spec.ceiling or spec.kind == "learned"):
-            claim_rows += run_claims(spec, prior, x, spec_tasks, spec_nfes, r, seed, short, log)
+        plan[spec.name] = {"tasks": spec_tasks, "nfes": spec_nfes, "methods": spec_methods, "short": short,
+                           "claims": claims and mode != "none" and (spec.ceiling or spec.kind == "learned")}
+    common = {"n_images": n_images, "seed": seed, "quiet": quiet}
+    result_jobs = [dict(common, kind="results", prior=name, task=task, nfes=p["nfes"], methods=p["methods"])
+                   for name, p in plan.items() for task in p["tasks"]]
+    rows, degraded = [], {name: {} for name in plan}
+    for job, out in zip(result_jobs, _run_units(result_jobs, jobs, log)):
+        rows += out["rows"]
+        degraded[job["prior"]].update(out["degraded"])
+    claim_jobs = [dict(common, kind="claims", prior=name, tasks=p["tasks"], nfes=p["nfes"], short=p["short"],
+                       rows=[r for r in rows if r["prior"] == name])
+                  for name, p in plan.items() if p["claims"]]
+    claim_rows = [c for out in _run_units(claim_jobs, jobs, log) for c in out["claims"]]
     return {
         "benchmark": "restoration",
         "inputs": {"priors": list(priors), "nfes": list(nfes), "n_images": n_images, "seed": seed, "quick": quick,
-                   "methods": list(methods), "metric": "per-image PSNR (dB) and SSIM on [0, 1], clipped, data range 1; "
-                   "mean over the test images", "command": "python -m benchmarks.restoration " + " ".join(sys.argv[1:])},
+                   "methods": list(methods), "jobs": jobs, "metric": "per-image PSNR (dB) and SSIM on [0, 1], clipped, "
+                   "data range 1; mean over the test images", "command": "python -m benchmarks.restoration " + " ".join(sys.argv[1:])},
         "priors": info,
         "learned_priors": learned_status,
         "results": rows,
@@ -600,6 +671,8 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-claims", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes for the (prior, task) units and the claims (default 1; one per core)")
     a = p.parse_args(argv)
     q = QUICK if a.quick else {}
     result = run(
@@ -607,8 +680,8 @@ def main(argv=None) -> None:
         nfes=tuple(a.nfe or q.get("nfes", NFES)),
         n_images=a.n_images or q.get("n_images", 40),
         seed=a.seed, quick=a.quick, tasks=a.tasks or q.get("tasks"), claims=not a.no_claims, learned_nfes=a.learned_nfe,
-        learned_methods=a.learned_methods, learned_claims=a.learned_claims,
-        log=(lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True)),
+        learned_methods=a.learned_methods, learned_claims=a.learned_claims, jobs=a.jobs,
+        log=_quiet_log if a.quiet else _stderr_log,
     )
     write(a.out, result)
 

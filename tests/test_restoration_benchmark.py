@@ -147,6 +147,17 @@ def test_learned_prior_status_without_and_with_a_loader(monkeypatch):
     assert goal and goal[0]["binding"] is True and goal[0]["wins"].endswith("/2")
 
 
+def test_worker_processes_give_the_rows_of_one_process():
+    """--jobs 2 runs the (prior, task) units in two spawned processes: the same rows, in the same order."""
+    kw = dict(priors=("gaussian",), nfes=(20,), n_images=3, tasks=("sr2", "inpaint_random"),
+              methods=("bayes", "recoupled_admm", "flower"), claims=False, log=None)
+    one, two = R.run(jobs=1, **kw), R.run(jobs=2, **kw)
+    key = lambda r: (r["task"], r["method"], r["nfe"], r["psnr"], r["ssim"], r["hyper_source"])  # noqa: E731
+    assert [key(r) for r in one["results"]] == [key(r) for r in two["results"]]
+    assert len(one["results"]) == 6 and one["degraded"] == two["degraded"]
+    assert two["inputs"]["jobs"] == 2
+
+
 def test_ssim_metric_matches_scikit_image():
     from skimage.metrics import structural_similarity
 
