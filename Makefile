@@ -57,12 +57,14 @@ slurm:
 test: setup chromium slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+BENCH_JOBS ?= 2
+
 bench: setup slurm
 	@mkdir -p benchmarks/results
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.queue_replay --out benchmarks/results/queue_replay.json
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.placement --out benchmarks/results/placement.json
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.mapgraph --out benchmarks/results/mapgraph.json
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.restoration --out benchmarks/results/restoration.json --priors gaussian empirical learned --learned-nfe 20 --learned-methods recoupled_admm flower pnp_flow rebridge --learned-claims none
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs $(BENCH_JOBS)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.comm --out benchmarks/results/comm.json
 
 clean:

@@ -1,13 +1,14 @@
 """Flow-matching image restoration: every method x task x prior at equal NFE, and ReBridge-Flow's claims one by one.
 
     python -m benchmarks.restoration --out FILE.json [--quick] [--priors gaussian empirical learned ...]
-        [--nfe 20 50 100] [--n-images 40] [--seed 0] [--tasks ...] [--no-claims]
+        [--nfe 20 50 100] [--n-images 40] [--seed 0] [--tasks ...] [--no-claims] [--jobs N]
         [--learned-nfe 50] [--learned-methods ...] [--learned-claims auto|full|short|none]
 
-The committed ``benchmarks/results/restoration.json`` (exact priors, all 197 test digits; ~2.5 min on
-one core)::
+The committed ``benchmarks/results/restoration.json`` (every method x task x prior at NFE 20, 50 and
+100 over 40 test images, ReBridge-Flow's claims on every prior; ~80 min on this 2-core machine, with
+two worker processes of one thread each)::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.restoration --out benchmarks/results/restoration.json --n-images 197
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs 2
 
 What is measured
 ----------------
@@ -19,7 +20,9 @@ deviation over the held-out test images of the per-image PSNR (dB) and SSIM
 (:func:`lab.generative.metrics.psnr` / :func:`~lab.generative.metrics.ssim`: images mapped from [-1, 1]
 to [0, 1] and clipped, data range 1; SSIM is scikit-image's ``structural_similarity``), and the
 wall-clock seconds per image (one batched call over all the images, after one untimed warm-up call per
-method and prior; 1 thread with ``OMP_NUM_THREADS=1``).
+method, prior and task; 1 thread with ``OMP_NUM_THREADS=1``). ``--jobs N`` runs the (prior, task) units,
+and each prior's claims as soon as its units are done, in N spawned worker processes (one per core):
+the same rows in the same order as ``--jobs 1``; each row's time is its worker's.
 
 Methods (:mod:`lab.generative.restore`): ``rebridge`` (ReBridge-Flow, arXiv 2609.00811), ``pnp_flow``,
 ``flower``, ``ot_ode``, ``d_flow``, the lab's variant ``recoupled_admm`` (not a paper's method), and
@@ -49,12 +52,14 @@ Priors and splits (``PRIOR_SPECS``; adding a prior is one entry)
   included when their shipped weights load (``lab.generative.learned.load_learned_prior(name)``,
   i.e. ``LearnedPrior.from_registry``, verified through the data registry); the JSON's
   ``learned_priors`` says, per name, whether it was included and why not.
-  They use the tuned values of their ``tuning_key`` when ``tuned.json`` has them, else paper defaults,
-  run on the network's device and use ``--learned-nfe`` (default: ``--nfe``), ``--learned-methods``
+  Each has its own ``tuning_key`` (``learned-<name>``: tuned at NFE 20 on 16 images of the data set's
+  **val** split with :data:`lab.generative.tuning.LEARNED_GRIDS`; those values serve every NFE) and
+  runs on the network's device and use ``--learned-nfe`` (default: ``--nfe``), ``--learned-methods``
   (default: all) and ``--learned-claims`` (``full``, ``short`` = the sweeps of ``--quick``, or ``none``;
   default ``full`` on CUDA, ``short`` on a CPU). Cost on a CPU: the lab's 1.06 M-parameter U-Net takes
-  ~0.6 s per NFE for 40 images at 28-32 px on one (shared) core, and OT-ODE and D-Flow backpropagate
-  through it (~3x), so one learned prior at NFE 50 with every method costs ~25 min; on a GPU, seconds.
+  ~0.25-0.3 s per NFE for 40 images at 28-32 px on one core, and OT-ODE and D-Flow backpropagate
+  through it (~2x), so one (learned prior, task) unit at NFE 20 + 50 + 100 costs ~6 min, its short
+  claims ~15 min; on a GPU, seconds.
 
 Test images: ``--n-images`` (default 40) evenly spaced indices over the prior's test split (all of it
 when it is smaller), the same for every method; measurement noise and every method's random draws are
@@ -86,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import deque
 import sys
 import time
 from dataclasses import dataclass
@@ -583,15 +589,49 @@ def _unit(job: dict, log=None) -> dict:
     return {"claims": run_claims(spec, prior, x, job["tasks"], job["nfes"], job["rows"], job["seed"], job["short"], log)}
 
 
-def _run_units(jobs: list[dict], n_workers: int, log) -> list[dict]:
-    """Run ``jobs`` in order (``n_workers`` = 1) or in a pool of spawned processes; results in job order."""
-    if n_workers <= 1 or len(jobs) <= 1:
-        return [_unit(j, log) for j in jobs]
+def _run_units(result_jobs: list[dict], claim_job: Callable[[str, list], dict | None], n_workers: int, log
+               ) -> tuple[list[dict], list[dict]]:
+    """Run the result units, and each prior's claims unit (``claim_job(prior, its rows)``, None for none) as
+    soon as that prior's results are in: in order in this process (``n_workers`` = 1) or in a pool of
+    spawned processes. Returns ``(result outputs, claim outputs)``, each in job order."""
+    priors = list(dict.fromkeys(j["prior"] for j in result_jobs))
+    if n_workers <= 1:
+        outs = [_unit(j, log) for j in result_jobs]
+        claims = []
+        for name in priors:
+            job = claim_job(name, [r for j, o in zip(result_jobs, outs) if j["prior"] == name for r in o["rows"]])
+            claims.append(_unit(job, log) if job else {"claims": []})
+        return outs, claims
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    with ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-        return list(pool.map(_unit, jobs))
+    outs: list = [None] * len(result_jobs)
+    claims: dict = {}
+    queue = deque(("results", i, j) for i, j in enumerate(result_jobs))  # a ready claims unit jumps the queue
+    left = {name: sum(j["prior"] == name for j in result_jobs) for name in priors}
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("spawn")) as pool:
+        pending: dict = {}
+        while queue or pending:
+            while queue and len(pending) < n_workers:  # at most one unit per worker in flight
+                kind, key, job = queue.popleft()
+                pending[pool.submit(_unit, job)] = (kind, key)
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                kind, key = pending.pop(fut)
+                if kind == "claims":
+                    claims[key] = fut.result()
+                    continue
+                outs[key] = fut.result()
+                name = result_jobs[key]["prior"]
+                left[name] -= 1
+                if left[name] == 0:
+                    rows = [r for j, o in zip(result_jobs, outs) if j["prior"] == name for r in o["rows"]]
+                    job = claim_job(name, rows)
+                    if job:
+                        queue.appendleft(("claims", name, job))
+                    else:
+                        claims[name] = {"claims": []}
+    return outs, [claims[name] for name in priors]
 
 
 def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 40, seed: int = 0, quick: bool = False,
@@ -599,8 +639,8 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
         learned_claims: str = "auto", jobs: int = 1, log=print) -> dict:
     """The whole benchmark as a dictionary (see the module docstring for the keys).
 
-    ``jobs`` > 1 runs the (prior, task) units, then each prior's claims, in that many spawned worker
-    processes (each with the ``OMP_NUM_THREADS`` of the parent's environment; give each worker a core).
+    ``jobs`` > 1 runs the (prior, task) units, and each prior's claims once its units are done, in that
+    many spawned worker processes (each with the ``OMP_NUM_THREADS`` of the parent's environment; give each worker a core).
     Rows come back in the same order as with ``jobs=1``; ``s_per_image`` is then each worker's own time.
     """
     t_start = time.perf_counter()
@@ -632,14 +672,18 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
     common = {"n_images": n_images, "seed": seed, "quiet": quiet}
     result_jobs = [dict(common, kind="results", prior=name, task=task, nfes=p["nfes"], methods=p["methods"])
                    for name, p in plan.items() for task in p["tasks"]]
+
+    def claim_job(name: str, rows: list) -> dict | None:
+        p = plan[name]
+        return dict(common, kind="claims", prior=name, tasks=p["tasks"], nfes=p["nfes"], short=p["short"],
+                    rows=rows) if p["claims"] else None
+
+    outs, claim_outs = _run_units(result_jobs, claim_job, jobs, log)
     rows, degraded = [], {name: {} for name in plan}
-    for job, out in zip(result_jobs, _run_units(result_jobs, jobs, log)):
+    for job, out in zip(result_jobs, outs):
         rows += out["rows"]
         degraded[job["prior"]].update(out["degraded"])
-    claim_jobs = [dict(common, kind="claims", prior=name, tasks=p["tasks"], nfes=p["nfes"], short=p["short"],
-                       rows=[r for r in rows if r["prior"] == name])
-                  for name, p in plan.items() if p["claims"]]
-    claim_rows = [c for out in _run_units(claim_jobs, jobs, log) for c in out["claims"]]
+    claim_rows = [c for out in claim_outs for c in out["claims"]]
     return {
         "benchmark": "restoration",
         "inputs": {"priors": list(priors), "nfes": list(nfes), "n_images": n_images, "seed": seed, "quick": quick,

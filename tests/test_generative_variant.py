@@ -268,3 +268,52 @@ def test_variant_cuda_matches_cpu(gauss):  # pragma: no cover - only where a GPU
         gpu = restore("recoupled_admm", y.cuda(), op, gauss, nfe=20, seed=0, record="full", **hyper)
         assert gpu.x.is_cuda and gpu.trajectory[3].b_bar.device.type == "cpu"
         torch.testing.assert_close(gpu.x.cpu(), cpu.x, atol=1e-6, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- tuning the learned priors
+def test_learned_kind_is_tuned_on_its_val_split_only(monkeypatch):
+    """A learned kind reads n_val evenly spaced images of the data set's val split (never test), uses sr4 for sr2."""
+    from lab.generative import datasets
+
+    real_load = datasets.load
+    reads = []
+
+    def spy(name, split="train"):
+        reads.append((name, split))
+        return real_load(name, split)
+
+    monkeypatch.setattr(datasets, "load", spy)
+    grid = {"flower": {"num_samples": [1, 2]}}
+    rec = tuning.tune("learned-mnist", tasks=["sr2"], nfes=[4], grids=grid, n_val=3, seed=0)
+    assert reads == [("mnist", "val")]
+    assert rec["tasks"] == ["sr4"] and rec["n_images"] == 3
+    n = rec["split"]["val_size"]
+    assert rec["split"]["validation_used"] == [0, round((n - 1) / 2), n - 1]
+    sc = rec["scores"]["sr4"]["flower"]["4"]
+    assert len(sc) == 2 and all(math.isfinite(v) for v in sc)
+    chosen = rec["tuned"]["sr4"]["flower"]["4"]
+    assert sc[tuning.grid_points(grid["flower"]).index(chosen)] == max(sc)
+
+
+def test_committed_learned_kinds_are_tuned_on_validation_and_used():
+    from lab.generative.learned import load_learned_prior
+
+    kinds = json.loads(tuning.TUNED_PATH.read_text())["kinds"]
+    for kind, name in tuning.LEARNED_KINDS.items():
+        rec = kinds[kind]
+        assert rec["grids"] == tuning.LEARNED_GRIDS and rec["nfes"] == [20]
+        assert rec["split"]["dataset"] == f"lab.generative.datasets.load({name!r}, 'val')"
+        assert len(rec["split"]["validation_used"]) == rec["n_images"] == tuning.LEARNED_N_VAL
+        assert f"--prior {kind}" in rec["command"]
+        for task in ("denoise", "deblur", "sr4", "inpaint_random", "inpaint_box"):
+            for m, grid in tuning.LEARNED_GRIDS.items():
+                chosen, sc = rec["tuned"][task][m]["20"], rec["scores"][task][m]["20"]
+                points = tuning.grid_points(grid)
+                assert sc[points.index(chosen)] == max(v for v in sc if v is not None), (kind, task, m)
+    prior = load_learned_prior("mnist")
+    assert prior.tuning_key == "learned-mnist"
+    op = get_operator("inpaint_box", (1, 28, 28))
+    y = op.measure(torch.zeros(1, 1, 28, 28), torch.Generator().manual_seed(0))
+    out = restore("flower", y, op, prior, nfe=50, hyper="tuned")
+    assert out.hyper_source == "tuned:learned-mnist@nfe=20"
+    assert out.hyper["num_samples"] == kinds["learned-mnist"]["tuned"]["inpaint_box"]["flower"]["20"]["num_samples"]

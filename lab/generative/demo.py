@@ -150,7 +150,8 @@ class DemoPrior:
     test_images : tensor (N, C, H, W) on [-1, 1], never in the prior's training data
     test_names : list of str, one per test image
     tuning_kind : str or None
-        The kind of ``lab/generative/restore/tuned.json`` whose values fit this prior (digits priors).
+        The kind of ``lab/generative/restore/tuned.json`` whose values fit this prior (the digits priors
+        and the learned ones, ``learned-<name>``).
     exact : bool
         True when the prior has an exact posterior mean (the Bayes ceiling).
     background : float
@@ -222,7 +223,7 @@ def _learned(name: str) -> Callable[[], DemoPrior]:
         x = datasets.load(LEARNED_PRIORS[name], "test")[:64].to(device=p.device, dtype=p.dtype)
         names = [f"{name} test #{i}" for i in range(x.shape[0])]
         return DemoPrior(f"learned-{name}", f"learned UNet flow prior '{name}' ({tuple(prior.shape)[1]}x{tuple(prior.shape)[2]})",
-                         prior, x, names, None, False, _border_mean(x.cpu()), dtype=p.dtype, device=p.device)
+                         prior, x, names, prior.tuning_key, False, _border_mean(x.cpu()), dtype=p.dtype, device=p.device)
 
     return build
 
@@ -319,7 +320,7 @@ def default_hyper(key: str, task: str, prior: DemoPrior | None = None, nfe: int 
     cfg = dataclasses.asdict(cls(**fixed).resolve(op))
     if source == "tuned":
         if prior is None or prior.tuning_kind is None:
-            raise MethodError(f"{name}: no tuned values for this prior (tuned kinds are the digits priors)")
+            raise MethodError(f"{name}: no tuned values for this prior (tuned kinds are the digits and the learned priors)")
         from lab.generative.tuning import tuned_hyper
 
         values, _ = tuned_hyper(prior.tuning_kind, task, name, int(nfe))

@@ -124,7 +124,8 @@ def load_learned_prior(name: str, device=None, dtype: torch.dtype = torch.float3
     -------
     LearnedPrior
         ``velocity(x, t)`` with ``x`` (B, *shape) on ``device`` counts one NFE per call; its ``meta``
-        attribute holds the JSON sidecar (command, data set, split, steps, losses).
+        attribute holds the JSON sidecar (command, data set, split, steps, losses); ``tuning_key`` is
+        ``"learned-<name>"`` (the kind :mod:`lab.generative.tuning` tunes on the data set's val split).
     """
     from safetensors.torch import load_file
 
@@ -143,4 +144,5 @@ def load_learned_prior(name: str, device=None, dtype: torch.dtype = torch.float3
     prior = LearnedPrior(UNetVelocity(unet), tuple(meta["shape"]), time_scale=1.0)
     prior.meta = meta
     prior.name = name
+    prior.tuning_key = f"learned-{name}"  # restore(..., hyper="tuned") reads tuned.json's entry of this kind
     return prior

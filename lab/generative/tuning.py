@@ -15,8 +15,14 @@ digits scaled to [-1, 1]; the order of the file, no shuffling)::
     test        [1600, 1797)   reported results only (benchmarks, tests); never read here
 
 Prior kinds (``PRIOR_KINDS``): ``gaussian-digits`` (the exact Gaussian prior, the one with a Bayes
-ceiling) and ``empirical-digits`` (the exact empirical prior over the training images). Learned
-priors get their own kinds when their weights ship.
+ceiling) and ``empirical-digits`` (the exact empirical prior over the training images), and one kind
+per shipped learned prior (``LEARNED_KINDS``: ``learned-mnist``, ``learned-natural32``,
+``learned-medical32``; :func:`lab.generative.learned.load_learned_prior` sets ``tuning_key`` to it).
+A learned kind is tuned on ``n_val`` images (default 16) evenly spaced over the **val** split of its
+data set (:func:`lab.generative.datasets.load`; never the test split), in float32 on the network's
+device, with the coarser ``LEARNED_GRIDS`` and at NFE 20 by default (each network evaluation costs
+~0.1 s for 16 images on one CPU core; the NFE-20 values then serve every NFE, since the entry at the
+tuned NFE nearest the request is used).
 
 Grids (``GRIDS``; named as in each paper/code):
 
@@ -31,9 +37,10 @@ Grids (``GRIDS``; named as in each paper/code):
 A grid point that cannot spend the budget exactly (e.g. D-Flow's steps) is skipped and recorded
 with a null score.
 
-Command (minutes on CPU)::
+Commands (minutes on CPU; the learned kinds ~13 min each at NFE 20 on one core)::
 
     python -m lab.generative.tuning --prior gaussian-digits --out lab/generative/restore/tuned.json
+    python -m lab.generative.tuning --prior learned-mnist --nfe 20
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from lab.generative.priors import EmpiricalPrior, FlowPrior, GaussianPrior
 
 __all__ = [
     "SPLITS", "GRIDS", "TASKS", "NFES", "PRIOR_KINDS", "TUNED_PATH", "load_digit_images", "split_indices",
-    "make_prior", "grid_points", "tune", "write_tuned", "load_tuned", "tuned_hyper", "main",
+    "LEARNED_KINDS", "LEARNED_GRIDS", "LEARNED_N_VAL", "validation_set", "make_prior", "grid_points", "tune", "write_tuned", "load_tuned", "tuned_hyper", "main",
 ]
 
 #: index ranges [start, stop) into load_digits (file order)
@@ -77,6 +84,22 @@ GRIDS: dict[str, dict[str, list]] = {
     "recoupled_admm": {"grid_power": [0.5, 0.7, 1.0], "t_max": [0.6, 0.8, 1.0], "dual_step": [1.0, 1.6],
                        "eta": [0.0, 0.5]},
 }
+
+#: coarser grids for the learned priors (every point costs network evaluations): around the paper's
+#: defaults and the values the digit priors chose, 4-16 points per method
+LEARNED_GRIDS: dict[str, dict[str, list]] = {
+    "pnp_flow": {"lr": [1.0, 3.0], "alpha": [0.01, 0.3, 0.8], "num_samples": [1, 5]},
+    "flower": {"num_samples": [1, 2, 5, 10]},
+    "ot_ode": {"start_time": [0.1, 0.2, 0.4], "gamma": ["constant", "gamma_t"], "init": ["adjoint"]},
+    "d_flow": {"lmbda": [0.0, 0.01], "alpha": [0.1, 0.5], "steps": [2, 5]},
+    "rebridge": {"kappa": [5.0, 50.0, 1000.0], "lam": [0.05, 1.0]},
+    "recoupled_admm": {"grid_power": [0.5, 1.0], "t_max": [0.6, 0.8, 1.0], "dual_step": [1.0, 1.6], "eta": [0.0]},
+}
+#: prior kind of each shipped learned prior -> its name (lab.generative.learned.LEARNED_PRIORS)
+LEARNED_KINDS: dict[str, str] = {"learned-mnist": "mnist", "learned-natural32": "natural32",
+                                 "learned-medical32": "medical32"}
+#: validation images per learned kind (evenly spaced over the data set's val split)
+LEARNED_N_VAL = 16
 
 
 def load_digit_images() -> torch.Tensor:
@@ -108,14 +131,48 @@ PRIOR_KINDS: dict[str, Callable[[torch.Tensor], FlowPrior]] = {"gaussian-digits"
 
 
 def make_prior(kind: str, images: torch.Tensor | None = None) -> FlowPrior:
-    """The prior of ``kind`` fitted to the training split, with ``tuning_key = kind`` (so
-    ``restore(..., hyper="tuned")`` finds its values)."""
+    """The prior of ``kind`` fitted to the training split (a learned kind: its shipped network), with
+    ``tuning_key = kind`` (so ``restore(..., hyper="tuned")`` finds its values)."""
+    if kind in LEARNED_KINDS:
+        from lab.generative.learned import load_learned_prior
+
+        return load_learned_prior(LEARNED_KINDS[kind])
     if kind not in PRIOR_KINDS:
-        raise GenerativeError(f"unknown prior kind {kind!r}; known: {', '.join(PRIOR_KINDS)}")
+        raise GenerativeError(f"unknown prior kind {kind!r}; known: {', '.join([*PRIOR_KINDS, *LEARNED_KINDS])}")
     images = load_digit_images() if images is None else images
     prior = PRIOR_KINDS[kind](images[slice(*SPLITS["train"])])
     prior.tuning_key = kind
     return prior
+
+
+def validation_set(kind: str, n_val: int | None = None, images: torch.Tensor | None = None
+                   ) -> tuple[FlowPrior, torch.Tensor, dict]:
+    """``(prior, x_val, split_record)`` for tuning prior ``kind``.
+
+    Digit kinds: the first ``n_val`` (default all 100) images of the validation range, float64.
+    Learned kinds: ``n_val`` (default :data:`LEARNED_N_VAL`) images evenly spaced over the data set's
+    ``val`` split, float32 on the network's device. Raises :class:`GenerativeError` for an unknown kind.
+    """
+    if kind in LEARNED_KINDS:
+        from lab.generative import datasets
+
+        name = LEARNED_KINDS[kind]
+        prior = make_prior(kind)
+        val = datasets.load(name, "val")
+        n = min(int(n_val or LEARNED_N_VAL), val.shape[0])
+        idx = torch.linspace(0, val.shape[0] - 1, n).round().long()
+        device = next(prior.net.parameters()).device
+        record = {"dataset": f"lab.generative.datasets.load({name!r}, 'val')", "val_size": int(val.shape[0]),
+                  "validation_used": [int(i) for i in idx], "rule": "evenly spaced indices over the val split"}
+        return prior, val[idx].to(device=device, dtype=torch.float32), record
+    images = load_digit_images() if images is None else images
+    prior = make_prior(kind, images)
+    val = split_indices("validation")
+    if n_val is not None:
+        val = val[: int(n_val)]
+    record = {"dataset": "sklearn.datasets.load_digits (1797 real 8x8 digits, file order, [-1, 1])",
+              **{k: list(v) for k, v in SPLITS.items()}, "validation_used": [val.start, val.stop]}
+    return prior, images[val.start: val.stop].to(torch.float64), record
 
 
 def grid_points(grid: dict[str, list]) -> list[dict]:
@@ -131,12 +188,13 @@ def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = No
 
     Parameters
     ----------
-    prior_kind : a key of :data:`PRIOR_KINDS`
+    prior_kind : a key of :data:`PRIOR_KINDS` or :data:`LEARNED_KINDS`
     methods : method names (default: every method with a grid)
-    tasks, nfes : operator names and NFE budgets
-    grids : method -> {name: values} (default :data:`GRIDS`)
+    tasks, nfes : operator names and NFE budgets (a learned kind's tasks use ``sr4`` for ``sr2``:
+        its images are 28-32 px, as in the benchmark)
+    grids : method -> {name: values} (default :data:`GRIDS`; :data:`LEARNED_GRIDS` for a learned kind)
     seed : seeds the measurement noise (``operator.measure``) and every method's draws
-    n_val : use the first ``n_val`` validation images (default: all 100)
+    n_val : validation images (:func:`validation_set`)
     images : the full (1797, 1, 8, 8) digit array (default :func:`load_digit_images`); only the train
         and validation ranges are read
     progress : called with a line per (task, nfe, method)
@@ -149,23 +207,21 @@ def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = No
     """
     from lab.generative.restore import METHODS, restore  # lazy: restore imports this module lazily too
 
-    grids = dict(GRIDS if grids is None else grids)
+    learned = prior_kind in LEARNED_KINDS
+    grids = dict((LEARNED_GRIDS if learned else GRIDS) if grids is None else grids)
     methods = list(grids) if methods is None else list(methods)
     for m in methods:
         if m not in METHODS:
             raise MethodError(f"unknown restoration method {m!r}")
         if m not in grids:
             raise MethodError(f"no tuning grid for {m!r}; grids exist for {', '.join(grids)}")
-    images = load_digit_images() if images is None else images
-    prior = make_prior(prior_kind, images)
-    val = split_indices("validation")
-    if n_val is not None:
-        val = val[: int(n_val)]
-    x = images[val.start: val.stop].to(torch.float64)
+    prior, x, split = validation_set(prior_kind, n_val, images)
+    if learned:
+        tasks = ["sr4" if t == "sr2" else t for t in tasks]
     tuned: dict = {}
     scores: dict = {}
     for task in tasks:
-        op = get_operator(task, prior.shape)
+        op = get_operator(task, tuple(prior.shape))
         y = op.measure(x, torch.Generator().manual_seed(seed))
         for nfe in nfes:
             for m in methods:
@@ -193,14 +249,13 @@ def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = No
         "prior": prior_kind,
         "tuned": tuned,
         "scores": scores,
-        "split": {"dataset": "sklearn.datasets.load_digits (1797 real 8x8 digits, file order, [-1, 1])",
-                  **{k: list(v) for k, v in SPLITS.items()}, "validation_used": [val.start, val.stop]},
+        "split": split,
         "grids": {m: grids[m] for m in methods},
         "tasks": list(tasks),
         "nfes": [int(n) for n in nfes],
         "seed": int(seed),
         "metric": "mean over validation images of per-image PSNR (dB, [0, 1], clipped); ties keep the first grid point",
-        "n_images": len(val),
+        "n_images": int(x.shape[0]),
     }
 
 
@@ -251,19 +306,22 @@ def tuned_hyper(kind: str, task: str, method: str, nfe: int, path: str | Path = 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.generative.tuning", description=__doc__.split("\n")[0])
-    ap.add_argument("--prior", action="append", choices=sorted(PRIOR_KINDS), help="prior kind (repeatable); default gaussian-digits")
+    ap.add_argument("--prior", action="append", choices=sorted([*PRIOR_KINDS, *LEARNED_KINDS]),
+                    help="prior kind (repeatable); default gaussian-digits")
     ap.add_argument("--out", default=str(TUNED_PATH), help="JSON file to merge the result into (default: the committed tuned.json)")
     ap.add_argument("--methods", nargs="+", default=None, help=f"default: {' '.join(GRIDS)}")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
-    ap.add_argument("--nfe", nargs="+", type=int, default=list(NFES))
+    ap.add_argument("--nfe", nargs="+", type=int, default=None, help="default 20 50 100 (20 for a learned kind)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-val", type=int, default=None, help="first N validation images (default: all 100)")
+    ap.add_argument("--n-val", type=int, default=None,
+                    help=f"validation images (default: all 100 digits; {LEARNED_N_VAL} for a learned kind)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     command = "python -m lab.generative.tuning " + " ".join(sys.argv[1:] if argv is None else argv)
     for kind in args.prior or ["gaussian-digits"]:
         t0 = time.perf_counter()
-        rec = tune(kind, methods=args.methods, tasks=args.tasks, nfes=args.nfe, seed=args.seed, n_val=args.n_val,
+        nfes = args.nfe or ([20] if kind in LEARNED_KINDS else list(NFES))
+        rec = tune(kind, methods=args.methods, tasks=args.tasks, nfes=nfes, seed=args.seed, n_val=args.n_val,
                    progress=None if args.quiet else (lambda s: print(s, flush=True)))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         write_tuned(rec, args.out, command)
