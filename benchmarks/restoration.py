@@ -5,10 +5,10 @@
         [--learned-nfe 50] [--learned-methods ...] [--learned-claims auto|full|short|none]
 
 The committed ``benchmarks/results/restoration.json`` (every method x task x prior at NFE 20, 50 and
-100 over 40 test images, ReBridge-Flow's claims on every prior; ~80 min on this 2-core machine, with
-two worker processes of one thread each)::
+100 over 40 test images, ReBridge-Flow's claims with full sweeps on every prior; 75 min on this 2-core
+machine, with two worker processes of one thread each)::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs 2
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs 2 --learned-claims full
 
 What is measured
 ----------------

@@ -73,6 +73,10 @@ def test_notebook_runs_headless(path):
         widget = [c for c in code if "RestorationDemo(" in c.source][0]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
         assert re.search(r"ReBridge-Flow \(as written\) on inpaint_box at 50 NFE: degraded [\d.]+ dB", out)
+        # the committed benchmark's learned-prior table: variant vs Flower per learned prior and NFE
+        goals = re.findall(r"^(\w+)\s+NFE\s+(\d+): variant - Flower \(dB\) .* -> wins (\d)/5$", out, re.M)
+        assert sorted((p, int(n)) for p, n, _ in goals) == sorted(
+            (p, n) for p in ("mnist", "natural32", "medical32") for n in (20, 50, 100)), goals
     if path.name == "02_federated_sites.ipynb":
         out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
         assert "job.completed exit code 0 -> output: 800000" in out  # wc -l of the staged input, via the continuation

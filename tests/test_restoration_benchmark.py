@@ -180,3 +180,32 @@ def test_ssim_metric_matches_scikit_image():
         ssim(x, x[:, :, :4])
     with pytest.raises(GenerativeError):
         ssim(x[:, :, :2, :2], x[:, :, :2, :2])
+
+
+def test_committed_run_covers_every_method_task_prior_and_nfe():
+    """benchmarks/results/restoration.json is the issue's full grid: 5 priors x 5 tasks x NFE 20/50/100 x every
+    method over 40 test images, validation-tuned values on every prior, and the claims on each prior with a sweep."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "restoration.json"
+    d = json.loads(path.read_text())
+    have = {(r["prior"], r["task"], r["nfe"], r["method"]): r for r in d["results"]}
+    for prior, info in d["priors"].items():
+        methods = [m for m in R.METHODS if m != "bayes" or prior == "gaussian"]
+        assert info["nfes"] == list(R.NFES) and info["methods"] == list(R.METHODS), prior
+        for task in info["tasks"]:
+            for nfe in R.NFES:
+                for m in methods:
+                    r = have[(prior, task, nfe, m)]
+                    assert r["n_images"] == 40 and r["nfe_used"] == (0 if m == "bayes" else nfe), r
+                    if m not in ("bayes", "rebridge_as_written"):
+                        assert r["hyper_source"].startswith("tuned:"), r
+    assert set(d["priors"]) == {"gaussian", "empirical", *R.LEARNED_NAMES}
+    assert all(v == "included" for v in d["learned_priors"].values())
+    claims_by_prior: dict = {}
+    for c in d["claims"]:
+        claims_by_prior.setdefault(c["prior"], []).append(c)
+    assert set(claims_by_prior) == {"gaussian", *R.LEARNED_NAMES}
+    assert all(len(v) == 9 for v in claims_by_prior.values())
+    binding = [(g["prior"], g["nfe"]) for g in d["goals"] if g.get("binding")]
+    assert sorted(binding) == sorted((p, n) for p in R.LEARNED_NAMES for n in R.NFES)
