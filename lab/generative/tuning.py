@@ -37,7 +37,8 @@ Grids (``GRIDS``; named as in each paper/code):
 A grid point that cannot spend the budget exactly (e.g. D-Flow's steps) is skipped and recorded
 with a null score.
 
-Commands (minutes on CPU; the learned kinds ~13 min each at NFE 20 on one core)::
+Commands (minutes on CPU; the committed learned kinds took 14-15 min each, three run side by side on
+2 cores)::
 
     python -m lab.generative.tuning --prior gaussian-digits --out lab/generative/restore/tuned.json
     python -m lab.generative.tuning --prior learned-mnist --nfe 20
@@ -65,7 +66,8 @@ from lab.generative.priors import EmpiricalPrior, FlowPrior, GaussianPrior
 
 __all__ = [
     "SPLITS", "GRIDS", "TASKS", "NFES", "PRIOR_KINDS", "TUNED_PATH", "load_digit_images", "split_indices",
-    "LEARNED_KINDS", "LEARNED_GRIDS", "LEARNED_N_VAL", "validation_set", "make_prior", "grid_points", "tune", "write_tuned", "load_tuned", "tuned_hyper", "main",
+    "LEARNED_KINDS", "LEARNED_GRIDS", "LEARNED_N_VAL", "validation_set", "make_prior", "grid_points", "tune",
+    "write_tuned", "load_tuned", "tuned_hyper", "main",
 ]
 
 #: index ranges [start, stop) into load_digits (file order)
@@ -86,7 +88,7 @@ GRIDS: dict[str, dict[str, list]] = {
 }
 
 #: coarser grids for the learned priors (every point costs network evaluations): around the paper's
-#: defaults and the values the digit priors chose, 4-16 points per method
+#: defaults and the values the digit priors chose, 4-12 points per method
 LEARNED_GRIDS: dict[str, dict[str, list]] = {
     "pnp_flow": {"lr": [1.0, 3.0], "alpha": [0.01, 0.3, 0.8], "num_samples": [1, 5]},
     "flower": {"num_samples": [1, 2, 5, 10]},
