@@ -309,10 +309,11 @@ def tuned_hyper(kind: str, task: str, method: str, nfe: int, path: str | Path = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.generative.tuning", description=__doc__.split("\n")[0])
     ap.add_argument("--prior", action="append", choices=sorted([*PRIOR_KINDS, *LEARNED_KINDS]),
-                    help="prior kind (repeatable); default gaussian-digits")
+                    help="prior kind (repeat the option for several: --prior A --prior B); default gaussian-digits")
     ap.add_argument("--out", default=str(TUNED_PATH), help="JSON file to merge the result into (default: the committed tuned.json)")
     ap.add_argument("--methods", nargs="+", default=None, help=f"default: {' '.join(GRIDS)}")
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS),
+                    help=f"default: {' '.join(TASKS)} (a learned kind, 28-32 px images, runs sr4 for sr2)")
     ap.add_argument("--nfe", nargs="+", type=int, default=None, help="default 20 50 100 (20 for a learned kind)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-val", type=int, default=None,
