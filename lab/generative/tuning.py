@@ -151,9 +151,11 @@ def validation_set(kind: str, n_val: int | None = None, images: torch.Tensor | N
                    ) -> tuple[FlowPrior, torch.Tensor, dict]:
     """``(prior, x_val, split_record)`` for tuning prior ``kind``.
 
-    Digit kinds: the first ``n_val`` (default all 100) images of the validation range, float64.
-    Learned kinds: ``n_val`` (default :data:`LEARNED_N_VAL`) images evenly spaced over the data set's
-    ``val`` split, float32 on the network's device. Raises :class:`GenerativeError` for an unknown kind.
+    ``x_val`` is ``(n, 1, H, W)`` on [-1, 1]. Digit kinds: the first ``n_val`` (default all 100) images
+    of the validation range, 8 x 8, float64. Learned kinds: ``n_val`` (default :data:`LEARNED_N_VAL`)
+    images evenly spaced over the data set's ``val`` split (28 or 32 px), float32 on the network's
+    device; ``split_record`` names the indices used. Raises :class:`GenerativeError` for an unknown
+    kind, :class:`lab.generative.datasets.DatasetError` when the data set cannot be read.
     """
     if kind in LEARNED_KINDS:
         from lab.generative import datasets
