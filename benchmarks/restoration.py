@@ -574,13 +574,6 @@ def _stderr_log(s: str) -> None:
     print(s, file=sys.stderr, flush=True)
 
 
-def _quiet_log(s: str) -> None:
-    pass
-
-
-_quiet_log.quiet = True
-
-
 def _unit(job: dict, log=None) -> dict:
     """One unit of work: the result rows of one (prior, task), or the claims of one prior (which read its rows).
     Runs in the calling process or in a pool worker (``--jobs``); the prior is rebuilt by name in a worker."""
@@ -654,7 +647,7 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
     if names:
         lspecs, learned_status = learned_prior_specs(names)
         specs += lspecs
-    quiet = log is None or getattr(log, "quiet", False)
+    quiet = log is None  # workers cannot receive a callable: they log to stderr unless quiet
     info, plan = {}, {}
     for spec in specs:
         _, prior, test, x, device = _built(spec.name, n_images, spec)
@@ -738,7 +731,7 @@ def main(argv=None) -> None:
         n_images=a.n_images or q.get("n_images", 40),
         seed=a.seed, quick=a.quick, tasks=a.tasks or q.get("tasks"), claims=not a.no_claims, learned_nfes=a.learned_nfe,
         learned_methods=a.learned_methods, learned_claims=a.learned_claims, jobs=a.jobs,
-        log=_quiet_log if a.quiet else _stderr_log,
+        log=None if a.quiet else _stderr_log,
     )
     write(a.out, result)
 
