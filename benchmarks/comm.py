@@ -39,9 +39,11 @@ Training (``training``)
     model, steps and data order. Learning rates are tuned on the validation loss: a grid for dense AdamS
     (``adams``; ``fp32`` is the same run: AdamS with the fp32 all-reduce hook) and one per SCAPE
     sparsity; a grid whose best value is at an edge is extended once. ``fp8``, ``fp8_ef`` and
-    ``gift_fp8`` use dense AdamS's tuned rate. At 99% SCAPE first compares lock-in remedies (plain
-    top-|m|, error feedback with ``mask_score="m_ef"``, exploration, both) at the middle grid rate, then
-    tunes the rate of the best. Per method: ``train_loss`` (mean training loss of the last
+    ``gift_fp8`` use dense AdamS's tuned rate. SCAPE runs several mask variants per sparsity
+    (``Settings.scape90_variants`` / ``scape99_variants``: the paper's top-|m|, error feedback with
+    ``mask_score="m_ef"``, partial exploration, a uniformly random mask), tunes each one's rate over its
+    own grid, and reports the variant with the lowest validation loss (``variant``); every variant's
+    grid is in ``training_detail.tuning``. Per method: ``train_loss`` (mean training loss of the last
     ``train_loss_window`` steps), ``val_loss`` (final validation loss on ``eval_batches`` fixed
     windows), ``bytes_per_step`` (mean payload bytes per rank per step, every side collective and
     SCAPE's dense first step and mask indices included), ``bytes_vs_dense`` (over the fp32 all-reduce
@@ -111,16 +113,22 @@ class Settings:
     train_loss_window: int = 20
     seed: int = 0
     adams_lrs: tuple[float, ...] = (5e-4, 1e-3, 2e-3)
-    scape90_lrs: tuple[float, ...] = (4e-3, 8e-3, 1.6e-2)
-    scape99_lrs: tuple[float, ...] = (2e-3, 4e-3, 8e-3)
     extend_edges: bool = True
-    scape99_variants: dict = field(default_factory=lambda: {
-        "topk": {"mask_sync": "local"},
-        "ef": {"error_feedback": True, "mask_score": "m_ef", "mask_sync": "all_gather", "mask_encoding": "indices"},
-        "explore": {"explore": 0.2, "mask_sync": "local"},
-        "ef_explore": {"error_feedback": True, "explore": 0.2, "mask_sync": "local"},
+    # SCAPE variants per sparsity: name -> (optimizer kwargs, learning-rate grid). Each variant's rate is
+    # tuned on validation over its own grid; the variant with the lowest validation loss is the method's
+    # row. A random mask updates a coordinate 1/(1 - sparsity) times less often than dense, so its
+    # rates sit higher; top-|m| masks (the paper's) keep updating the same large-|m| coordinates.
+    scape90_variants: dict = field(default_factory=lambda: {
+        "topk": ({"mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
+        "random": ({"explore": 1.0, "mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
     })
-    scape90_kwargs: dict = field(default_factory=lambda: {"mask_sync": "local"})
+    scape99_variants: dict = field(default_factory=lambda: {
+        "topk": ({"mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
+        "ef": ({"error_feedback": True, "mask_score": "m_ef", "mask_sync": "all_gather", "mask_encoding": "indices"},
+               (2e-3, 4e-3, 8e-3)),
+        "explore": ({"explore": 0.2, "mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
+        "random": ({"explore": 1.0, "mask_sync": "local"}, (8e-3, 1.6e-2, 3.2e-2)),
+    })
     methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "adams", "scape90", "scape99")
     parallel_launch: bool = False  # quick mode only: start the runs together (timings then meaningless)
     quick: bool = False
@@ -132,8 +140,9 @@ QUICK = Settings(
     capture_steps=(1, 6, 12), profile_steps=6, ef_window=4, gift_refresh_every=3, damping_grid=(1e-2, 0.3),
     reselect_every=5, timing_repeats=2, gift_rank=8,
     train_model={"n_layer": 1, "d_model": 32, "n_head": 2, "block_size": 32}, train_steps=8, batch_size=4,
-    warmup_steps=2, eval_interval=0, eval_batches=2, train_loss_window=4, adams_lrs=(3e-3,), scape90_lrs=(3e-3,),
-    scape99_lrs=(3e-3,), extend_edges=False, methods=("fp32", "fp8", "scape90"), parallel_launch=True, quick=True,
+    warmup_steps=2, eval_interval=0, eval_batches=2, train_loss_window=4, adams_lrs=(3e-3,),
+    scape90_variants={"topk": ({"mask_sync": "local"}, (3e-3,))}, scape99_variants={"topk": ({"mask_sync": "local"}, (3e-3,))},
+    extend_edges=False, methods=("fp32", "fp8", "scape90"), parallel_launch=True, quick=True,
 )
 
 
@@ -775,10 +784,10 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         codec_specs = {"fp8": dense("fp8")(lr), "fp8_ef": dense("fp8_ef")(lr),
                        "gift_fp8": dense("gift_fp8", **_gift_kwargs(s, gift_damping))(lr)}
         specs.update({k: v for k, v in codec_specs.items() if k in methods})
-        if "scape90" in methods:
-            specs["scape90"] = scape(0.9, s.scape90_kwargs)(s.scape90_lrs[0])
-        if "scape99" in methods:
-            specs["scape99"] = scape(0.99, s.scape99_variants["topk"])(s.scape99_lrs[0])
+        for name, sparsity, variants in (("scape90", 0.9, s.scape90_variants), ("scape99", 0.99, s.scape99_variants)):
+            if name in methods:
+                kwargs, lrs = next(iter(variants.values()))
+                specs[name] = scape(sparsity, kwargs)(lrs[0])
         res = runner.run_many(specs)
         for k, r in res.items():
             training[k] = dict(r)
@@ -792,25 +801,24 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
                        "gift_fp8": dense("gift_fp8", **_gift_kwargs(s, gift_damping))(dense_lr)}
         res = runner.run_many({k: v for k, v in codec_specs.items() if k in methods})
         training.update({k: dict(v) for k, v in res.items()})
-        if "scape90" in methods:
-            lr90, by_lr = _tune(runner, "scape90", s.scape90_lrs, scape(0.9, s.scape90_kwargs), s.extend_edges)
-            tuning["scape90"] = {"grid": _grid(by_lr), "best_lr": lr90, "variant": s.scape90_kwargs}
-            training["scape90"] = dict(by_lr[lr90])
-        if "scape99" in methods:
-            probe = sorted(s.scape99_lrs)[len(s.scape99_lrs) // 2]
-            variants = runner.run_many({f"scape99_{v}_lr{probe:g}": scape(0.99, kw)(probe) for v, kw in s.scape99_variants.items()})
-            by_variant = {v: variants[f"scape99_{v}_lr{probe:g}"] for v in s.scape99_variants}
-            best_v = min(by_variant, key=lambda v: by_variant[v]["val_loss"])
-            lr99, by_lr = _tune(runner, f"scape99_{best_v}", s.scape99_lrs, scape(0.99, s.scape99_variants[best_v]), s.extend_edges)
-            tuning["scape99"] = {
-                "variants_at_lr": probe,
-                "variants": {v: {"val_loss": r["val_loss"], "train_loss": r["train_loss"], "mask_coverage": r.get("mask_coverage"),
-                                 "bytes_vs_dense": r["bytes_vs_dense"], "optimizer_kwargs": s.scape99_variants[v]}
-                             for v, r in by_variant.items()},
-                "best_variant": best_v, "grid": _grid(by_lr), "best_lr": lr99,
+        for name, sparsity, variants in (("scape90", 0.9, s.scape90_variants), ("scape99", 0.99, s.scape99_variants)):
+            if name not in methods:
+                continue
+            per_variant = {}
+            for v, (kwargs, lrs) in variants.items():
+                best_lr, by_lr = _tune(runner, f"{name}_{v}", lrs, scape(sparsity, kwargs), s.extend_edges)
+                per_variant[v] = (best_lr, by_lr)
+            best_v = min(per_variant, key=lambda v: per_variant[v][1][per_variant[v][0]]["val_loss"])
+            tuning[name] = {
+                "variants": {v: {"optimizer_kwargs": variants[v][0], "grid": _grid(by_lr), "best_lr": lr,
+                                 "val_loss": by_lr[lr]["val_loss"], "mask_coverage": by_lr[lr].get("mask_coverage"),
+                                 "bytes_vs_dense": by_lr[lr]["bytes_vs_dense"]}
+                             for v, (lr, by_lr) in per_variant.items()},
+                "best_variant": best_v, "best_lr": per_variant[best_v][0],
             }
-            training["scape99"] = dict(by_lr[lr99])
-            training["scape99"]["variant"] = best_v
+            lr, by_lr = per_variant[best_v]
+            training[name] = dict(by_lr[lr])
+            training[name]["variant"] = best_v
     if "adams" in training:
         training["fp32"] = dict(training["adams"])
         training["fp32"]["same_run_as"] = "adams"
