@@ -169,9 +169,11 @@ class _Study:
         torch.manual_seed(seed)
         self.model = GPT(cfg)
         self.linear = self.model.linear_layers()
-        self.layers = tuple(self.linear)
+        emb = self.model.embedding_layers()
+        self.layers = (*self.linear, *emb)  # the GIFT hook's candidates, in its order
         self.weight_of = {n: f"{n}.weight" for n in self.layers}
-        self.tracker = CovarianceTracker({n: [m] for n, m in self.linear.items()}, lambda _n: True)
+        self.tracker = CovarianceTracker({n: [m] for n, m in self.linear.items()}, lambda _n: True,
+                                         {n: (src, m.embedding_dim) for n, (m, src) in emb.items()})
         self.tokens = corpus.train_tokens
         self.sampler = BatchSampler(len(self.tokens), cfg.block_size, s.codec_batch, 1, seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
@@ -188,11 +190,11 @@ class _Study:
                 g["lr"] = _lr(step, s.codec_lr, s.codec_warmup, self.steps)
             x, y = self.sampler.batch(self.tokens, step, 0)
             _, loss = self.model(x, y)
+            refreshed = (step - 1) % s.gift_refresh_every == 0
+            if refreshed:  # between forward and backward, where the hook refreshes (embedding factors lag a step)
+                self._refresh(step)
             loss.backward()
             self.losses[step] = float(loss.detach())
-            refreshed = (step - 1) % s.gift_refresh_every == 0
-            if refreshed:
-                self._refresh(step)
             yield step, refreshed
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
@@ -261,11 +263,12 @@ def _profile(corpus: TextCorpus, s: Settings) -> dict:
     eu_sum = dict.fromkeys(s.damping_grid, 0.0)  # sums of per-layer relative errors (scale-free, as LayerSelector's "gain")
     gi_sum = dict.fromkeys(s.damping_grid, 0.0)
     for step, refreshed in study:
-        wh = {(n, d): study.whitening(n, d) for n in study.layers for d in s.damping_grid} if refreshed else wh
+        if refreshed:
+            wh = {(n, d): study.whitening(n, d) for n in study.layers if n in study.cov for d in s.damping_grid}
         for n in study.layers:
-            g = study.linear[n].weight.grad.detach().float()
+            g = study.model.get_parameter(study.weight_of[n]).grad.detach().float()
             ref = _sq(g)
-            if ref == 0:
+            if ref == 0 or (n, s.damping_grid[0]) not in wh:  # an embedding factor exists from the second refresh
                 continue
             pe = codec.encode(g)
             eu = codec.decode(pe, g.numel()).view(g.shape)
@@ -289,7 +292,7 @@ def _profile(corpus: TextCorpus, s: Settings) -> dict:
     return {
         "seed": s.profile_seed, "steps": s.profile_steps, "codec": "fp8_e4m3",
         "gain_by_damping": {str(d): g for d, g in gains.items()},
-        "gain_definition": "mean Euclidean FP8 relative error / mean GIFT relative error over every Linear weight and profile step",
+        "gain_definition": "mean Euclidean FP8 relative error / mean GIFT relative error over every candidate weight (Linear and embedding) with factors and profile step",
         "damping": damping, "initial_selection": initial,
         "final_loss": study.losses[s.profile_steps],
     }
@@ -456,7 +459,8 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
         "gift": {"rank": s.gift_rank, "damping": damping, "damping_chosen_on": "profiling run (separate seed)",
                  "ema": s.gift_ema, "ema_per": "step", "refresh_every": s.gift_refresh_every, "residual": "scalar",
                  "error_feedback": "whitened coordinates (selected layers); none on the Euclidean path, like the paper",
-                 "factors": "covariance of all training forwards up to and including the refresh step (what the hook all-reduces)"},
+                 "factors": ("Linear layers: input covariance of all training forwards up to and including the refresh step; "
+                             "embeddings: covariance of the residual stream's gradient over the backwards before it (what the hook all-reduces)")},
         "selection_rule": {"name": MAIN_RULE, "select_by": "gain", "threshold": s.gift_threshold,
                            "initial": "chosen on the profiling run's window", "reselect_every": s.reselect_every,
                            "caveat": ("a gain rule selects layers by GIFT's measured past gain, so gains on its selection are "
@@ -480,7 +484,7 @@ def _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats
     for n, g in grads.items():
         for c, codec in codecs.items():
             approx[c][n] = _roundtrip(codec, g)
-    gift_all: dict[str, dict[str, Tensor]] = {c: {} for c in GIFT_CODECS}  # GIFT on every Linear weight with factors
+    gift_all: dict[str, dict[str, Tensor]] = {c: {} for c in GIFT_CODECS}  # GIFT on every candidate weight with factors
     for layer in layers:
         w = weight_of[layer]
         if layer in whitening:
@@ -513,13 +517,13 @@ def _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats
         out["codecs"][c] = {"rel_l2": whole["rel_l2"], "cosine": whole["cosine"],
                             "rel_l2_selected_layers": metrics(a, sel_w)["rel_l2"] if sel_w else None}
     lin_w = [weight_of[n] for n in layers]
-    out["share_of_fp8_error_outside_linear_weights"] = (
+    out["share_of_fp8_error_outside_candidates"] = (
         sum(_sq(approx["fp8_e4m3"][n] - grads[n]) for n in names if n not in lin_w)
         / sum(_sq(approx["fp8_e4m3"][n] - grads[n]) for n in names))
-    out["gift_fp8_all_linear"] = {  # GIFT on every Linear weight: the most a selection could give here
+    out["gift_fp8_all_candidates"] = {  # GIFT on every candidate weight: the most a selection could give here
         "rel_l2": metrics(gift_approx("gift_fp8", set(layers)), names)["rel_l2"],
-        "rel_l2_linear_weights": metrics(gift_approx("gift_fp8", set(layers)), lin_w)["rel_l2"],
-        "fp8_rel_l2_linear_weights": metrics(approx["fp8_e4m3"], lin_w)["rel_l2"],
+        "rel_l2_candidate_weights": metrics(gift_approx("gift_fp8", set(layers)), lin_w)["rel_l2"],
+        "fp8_rel_l2_candidate_weights": metrics(approx["fp8_e4m3"], lin_w)["rel_l2"],
     }
     rules = {}
     for rule, sel in selectors.items():
@@ -554,7 +558,7 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
     steps = sorted(by_step)
     mean = lambda xs: statistics.fmean(xs) if xs else None  # noqa: E731
     layers = study.layers
-    dims = {n: study.linear[n].in_features for n in layers}
+    dims = {n: study.tracker.dims[n] for n in layers}
     cov_bytes = 4 * (sum(d * (d + 1) // 2 for d in dims.values()) + len(dims))
     factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims.values())
     select_bytes = 8 * 6 * len(layers)
@@ -623,7 +627,7 @@ def _codec_goals(by_step: dict) -> dict:
         by_rule[rule] = {"gain_selected_by_step": dict(zip(map(str, steps), sel)), "gain_whole_by_step": dict(zip(map(str, steps), whole)),
                          "selected_2x_met": all(v is not None and v >= 2 for v in sel),
                          "whole_1.5x_met": all(v is not None and v >= 1.5 for v in whole)}
-    all_linear = {str(k): _safe_div(by_step[k]["codecs"]["fp8_e4m3"]["rel_l2"], by_step[k]["gift_fp8_all_linear"]["rel_l2"]) for k in steps}
+    all_candidates = {str(k): _safe_div(by_step[k]["codecs"]["fp8_e4m3"]["rel_l2"], by_step[k]["gift_fp8_all_candidates"]["rel_l2"]) for k in steps}
     sel = {str(k): _safe_div(by_step[k]["codecs"]["fp8_e4m3"]["rel_l2_selected_layers"],
                              by_step[k]["codecs"]["gift_fp8"]["rel_l2_selected_layers"]) for k in steps}
     whole = {str(k): _safe_div(by_step[k]["codecs"]["fp8_e4m3"]["rel_l2"], by_step[k]["codecs"]["gift_fp8"]["rel_l2"]) for k in steps}
@@ -639,9 +643,10 @@ def _codec_goals(by_step: dict) -> dict:
             "goal": "whole-model FP8 (e4m3) error >= 1.5x lower than Euclidean FP8 e4m3 at every capture step",
             "by_step": whole, "min": min((v for v in whole.values() if v is not None), default=None),
             "met": all(v is not None and v >= 1.5 for v in whole.values()),
-            "upper_bound_gift_on_every_linear_by_step": all_linear,
-            "note": ("GIFT whitens nn.Linear weights only; the embeddings, LayerNorms and biases always take the Euclidean path "
-                     "(share of FP8 error outside Linear weights: codecs_detail.by_step.*.share_of_fp8_error_outside_linear_weights)"),
+            "upper_bound_gift_on_every_candidate_by_step": all_candidates,
+            "note": ("GIFT whitens nn.Linear weights (input-side factor) and the embeddings (output-gradient factor); biases and "
+                     "LayerNorm parameters always take the Euclidean path (their share of the FP8 error: "
+                     "codecs_detail.by_step.*.share_of_fp8_error_outside_candidates)"),
         },
         "selection_rules": by_rule,
     }

@@ -173,6 +173,16 @@ class GPT(nn.Module):
         """Every :class:`torch.nn.Linear` by its qualified name, in registration order."""
         return {name: m for name, m in self.named_modules() if isinstance(m, nn.Linear)}
 
+    def embedding_layers(self) -> dict[str, tuple[nn.Embedding, nn.Module]]:
+        """The embeddings and the module whose output gradient is their GIFT factor's source.
+
+        Both embeddings are summed into the residual stream, ``x = tok_emb(idx) + pos_emb(0..T-1)``, so
+        the gradient of ``tok_emb``'s output, shape ``(B, T, d)``, is the stream's gradient ``dL/dx``
+        and both weight gradients are built from it (``pos_emb``'s output gradient is its batch sum).
+        Returns ``{"tok_emb": (tok_emb, tok_emb), "pos_emb": (pos_emb, tok_emb)}``.
+        """
+        return {"tok_emb": (self.tok_emb, self.tok_emb), "pos_emb": (self.pos_emb, self.tok_emb)}
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and, given targets, the mean cross-entropy.
 

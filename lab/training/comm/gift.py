@@ -366,11 +366,15 @@ def _triu_unpack(v: Tensor, d: int) -> Tensor:
 
 
 class CovarianceTracker:
-    """Sums ``x^T x`` and row counts of the inputs of named ``nn.Linear`` layers (forward hooks).
+    """Sums ``x^T x`` and row counts of the inputs of named ``nn.Linear`` layers (forward hooks), and of
+    the output gradients of named modules (the embeddings' factor, collected in backward).
 
     Only forwards of modules in training mode with autograd enabled count (evaluation passes under
-    ``torch.no_grad()`` do not), and only when ``active(name)`` is true. An input of shape
-    ``(..., in)`` adds ``n = prod(...)`` rows. Sums are float32 on the module's device.
+    ``torch.no_grad()`` do not), and only when ``active(name)`` is true at the forward. An input (or
+    output gradient) of shape ``(..., d)`` adds ``n = prod(...)`` rows. Sums are float32 on the
+    module's device. An output gradient arrives during the backward, after the forward that asked for
+    it: a :meth:`take` between a step's forward and its backward (where a DDP communication hook
+    refreshes) holds that step's inputs but the output gradients of the steps before only.
 
     Parameters
     ----------
@@ -379,14 +383,19 @@ class CovarianceTracker:
         weight is shared); all must have the same ``in_features``.
     active : Callable[[str], bool]
         Asked at every forward whether this layer collects now.
+    output_gradients : Mapping[str, tuple[nn.Module, int]], optional
+        Factor name -> (module, d): the rows of the gradient of ``module``'s output, shape ``(..., d)``,
+        feed the factor (for an ``nn.Embedding``, whose input-side factor is diagonal). Names sharing a
+        module share one ``g^T g`` per backward.
 
     Raises
     ------
     GiftError
-        Modules of one layer with different ``in_features``.
+        Modules of one layer with different ``in_features``; a name in both mappings.
     """
 
-    def __init__(self, layers: Mapping[str, Sequence[nn.Linear]], active: Callable[[str], bool]):
+    def __init__(self, layers: Mapping[str, Sequence[nn.Linear]], active: Callable[[str], bool],
+                 output_gradients: Mapping[str, tuple[nn.Module, int]] | None = None):
         self.active = active
         self.dims: dict[str, int] = {}
         self._sums: dict[str, Tensor] = {}
@@ -400,6 +409,23 @@ class CovarianceTracker:
             self._counts[name] = 0
             for m in mods:
                 self._handles.append(m.register_forward_hook(self._make_hook(name)))
+        by_module: dict[int, tuple[nn.Module, list[str]]] = {}
+        for name, (mod, d) in (output_gradients or {}).items():
+            if name in self.dims:
+                raise GiftError(f"factor {name!r} named twice (an input-side layer and an output-gradient factor)")
+            self.dims[name] = int(d)
+            self._counts[name] = 0
+            by_module.setdefault(id(mod), (mod, []))[1].append(name)
+        for mod, names in by_module.values():
+            self._handles.append(mod.register_forward_hook(self._make_grad_hook(tuple(names))))
+
+    def _add(self, name: str, x: Tensor) -> None:
+        d = self.dims[name]
+        s = self._sums.get(name)
+        if s is None or s.device != x.device:
+            s = self._sums[name] = torch.zeros(d, d, dtype=torch.float32, device=x.device)
+        s.addmm_(x.T, x)
+        self._counts[name] += x.shape[0]
 
     def _make_hook(self, name: str):
         d = self.dims[name]
@@ -407,12 +433,29 @@ class CovarianceTracker:
         def hook(module: nn.Module, inputs: tuple, output: object) -> None:
             if not (module.training and torch.is_grad_enabled()) or not inputs or not self.active(name):
                 return
-            x = inputs[0].detach().reshape(-1, d).to(torch.float32)
-            s = self._sums.get(name)
-            if s is None or s.device != x.device:
-                s = self._sums[name] = torch.zeros(d, d, dtype=torch.float32, device=x.device)
-            s.addmm_(x.T, x)
-            self._counts[name] += x.shape[0]
+            self._add(name, inputs[0].detach().reshape(-1, d).to(torch.float32))
+
+        return hook
+
+    def _make_grad_hook(self, names: tuple[str, ...]):
+        d = self.dims[names[0]]
+
+        def hook(module: nn.Module, inputs: tuple, output: object) -> None:
+            if not (module.training and torch.is_grad_enabled()) or not isinstance(output, Tensor) or not output.requires_grad:
+                return
+            active = [n for n in names if self.active(n)]
+            if not active:
+                return
+
+            def on_grad(g: Tensor) -> None:
+                x = g.detach().reshape(-1, d).to(torch.float32)
+                s = x.T @ x
+                for n in active:
+                    t = self._sums.get(n)
+                    self._sums[n] = s.clone() if t is None or t.device != s.device else t.add_(s)
+                    self._counts[n] += x.shape[0]
+
+            output.register_hook(on_grad)
 
         return hook
 

@@ -610,8 +610,9 @@ class GiftHookState(CodecHookState):
        back, into the Euclidean residual (with ``euclidean_error_feedback``) or drops it; a layer entering
        starts from the Euclidean residual (whitened) or zero.
     3. Per parameter: a selected layer's weight gradient ``G`` (``(out, in)``) with factors sends
-       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``); everything
-       else (biases, other parameters, layers not selected or without factors yet) is Euclidean.
+       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``); a selected
+       embedding likewise with its output-gradient factor (``embeddings``); everything else (biases,
+       LayerNorm parameters, layers not selected or without factors yet) is Euclidean.
     4. Statistics for candidate layers (while a selection window is open, or with ``measure_error``):
        Euclidean upper/lower-bound hit rates and one-step errors, and GIFT's one-step error when factors
        exist; kept in :attr:`layer_history` when ``measure_error``.
@@ -619,7 +620,8 @@ class GiftHookState(CodecHookState):
     Parameters
     ----------
     model : nn.Module
-        The model (or its DDP wrapper); its ``nn.Linear`` layers are the candidates.
+        The model (or its DDP wrapper); its ``nn.Linear`` layers (and, with ``embeddings``, its
+        ``nn.Embedding`` layers) are the candidates.
     codec : str or Codec
         ``"fp8_e4m3"`` (default), ``"fp8_e5m2"`` (the artifact's format), ``"nvfp4"``, per-block FP8, ...
     rank : int
@@ -654,6 +656,16 @@ class GiftHookState(CodecHookState):
     track : {"all", "selected"}
         Collect ``A`` for every candidate (per-layer picture, ``"gain"`` selection, instant switch-over)
         or only for selected layers (cheaper; a newly selected layer waits for the next refresh).
+    embeddings : bool
+        Also whiten ``nn.Embedding`` weight gradients (an extension; the paper whitens linear layers).
+        An embedding is a linear layer on one-hot inputs, so its input-side factor is diagonal (token
+        frequencies) and cannot change a per-element float format's relative error; its factor is the
+        other Kronecker factor instead, the covariance ``S`` of the gradient of its output (``d x d``),
+        and it sends ``Q(G S^{-1/2} + R)``, mapped back with ``S^{1/2}``. The module whose output gradient
+        is used comes from ``model.embedding_layers()`` when the model has it (:class:`~lab.training.model.GPT`:
+        the residual stream's gradient for both the token and the position embedding), else each
+        embedding's own output. That gradient exists only in the backward, after the refresh at the
+        start of the step's first bucket, so an embedding factor lags its inputs by one step.
     collect : {"every", "refresh"}
         Which forwards feed ``A`` (see step 1). ``"every"`` costs an ``(in, in)`` GEMM per layer and forward
         but no extra bytes.
@@ -682,7 +694,8 @@ class GiftHookState(CodecHookState):
     Raises
     ------
     GiftError
-        No candidate ``nn.Linear`` layer, unknown names in ``layers``, bad parameters, or
+        No candidate ``nn.Linear`` (or ``nn.Embedding``) layer, unknown names in ``layers``, bad
+        parameters, an ``embedding_layers()`` entry that is not an ``nn.Embedding``, or
         ``select_by="gain"`` with ``track="selected"``.
     """
 
@@ -690,7 +703,7 @@ class GiftHookState(CodecHookState):
                  ema: float = 0.95, ema_per: str = "step", refresh_every: int = 50, residual: str = "scalar",
                  layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
                  select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
-                 select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all",
+                 select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
                  collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
                  rebase_error_feedback: bool = True, broadcast_factors: bool = True, nonfinite: str = "raise",
                  process_group=None, measure_error: bool = False, history: int | None = None):
@@ -724,21 +737,37 @@ class GiftHookState(CodecHookState):
         self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
         self.gift_error_feedback = ErrorFeedback() if error_feedback else None
 
-        # candidates: named nn.Linear layers (a weight shared by several modules is one layer)
+        # candidates: named nn.Linear layers (a weight shared by several modules is one layer), then
+        # the embeddings (factor: the covariance of a module's output gradient, see embeddings)
         root = _unwrap(model)
         inc, exc = (re.compile(include) if include else None), (re.compile(exclude) if exclude else None)
+
+        def wanted(name: str) -> bool:
+            return not ((inc and not inc.search(name)) or (exc and exc.search(name)))
+
         by_weight: dict[int, tuple[str, list[nn.Linear]]] = {}
         for name, mod in root.named_modules():
-            if not isinstance(mod, nn.Linear) or (inc and not inc.search(name)) or (exc and exc.search(name)):
-                continue
-            entry = by_weight.setdefault(id(mod.weight), (name, []))
-            entry[1].append(mod)
-        if not by_weight:
-            raise GiftError(f"no candidate nn.Linear layer in {type(root).__name__} (include={include!r}, exclude={exclude!r})")
-        self.layers: tuple[str, ...] = tuple(name for name, _ in by_weight.values())
-        self._weight_layer = {pid: name for pid, (name, _) in by_weight.items()}
-        self._layer_weight_name = {name: self._names.get(pid, name + ".weight") for pid, (name, _) in by_weight.items()}
-        self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting)
+            if isinstance(mod, nn.Linear) and wanted(name):
+                by_weight.setdefault(id(mod.weight), (name, []))[1].append(mod)
+        emb: dict[str, tuple[nn.Embedding, nn.Module]] = {}
+        if embeddings:
+            found = (root.embedding_layers() if hasattr(root, "embedding_layers")
+                     else {n: (m, m) for n, m in root.named_modules() if isinstance(m, nn.Embedding)})
+            for name, (mod, source) in found.items():
+                if not isinstance(mod, nn.Embedding):
+                    raise GiftError(f"embedding {name!r} is a {type(mod).__name__}, not an nn.Embedding")
+                if wanted(name) and id(mod.weight) not in by_weight:
+                    emb[name] = (mod, source)
+        if not by_weight and not emb:
+            raise GiftError(f"no candidate nn.Linear or nn.Embedding layer in {type(root).__name__} "
+                            f"(include={include!r}, exclude={exclude!r})")
+        weights = {**{pid: name for pid, (name, _) in by_weight.items()}, **{id(m.weight): n for n, (m, _) in emb.items()}}
+        self.layers: tuple[str, ...] = tuple(weights.values())
+        self.embeddings: tuple[str, ...] = tuple(emb)
+        self._weight_layer = weights
+        self._layer_weight_name = {name: self._names.get(pid, name + ".weight") for pid, name in weights.items()}
+        self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting,
+                                         {n: (source, m.embedding_dim) for n, (m, source) in emb.items()})
         self.selector = LayerSelector(self.layers, select_by=select_by, k=select_k, threshold=select_threshold,
                                       warmup=select_warmup if layers is None else None, every=reselect_every,
                                       initial=None if layers is None else list(layers))
