@@ -393,6 +393,87 @@ def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     assert torch.equal(out2[:32], w.unwhiten(dec2).reshape(-1))
 
 
+class TinyLM(nn.Module):
+    """Two embeddings summed into one stream (like the GPT), then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.tok_emb, self.pos_emb, self.head = nn.Embedding(7, 4), nn.Embedding(3, 4), nn.Linear(4, 7, bias=False)
+
+    def embedding_layers(self):
+        return {"tok_emb": (self.tok_emb, self.tok_emb), "pos_emb": (self.pos_emb, self.tok_emb)}
+
+    def forward(self, idx):
+        return self.head(self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1])))
+
+
+def test_embedding_factor_is_collected_in_the_backward():
+    """A take() between forward and backward (where DDP's hook refreshes) has the inputs, not the stream gradient."""
+    from lab.training.comm.gift import CovarianceTracker
+
+    model = TinyLM()
+    tr = CovarianceTracker({"head": [model.head]}, lambda _n: True,
+                           {n: (src, m.embedding_dim) for n, (m, src) in model.embedding_layers().items()})
+    idx = torch.randint(0, 7, (2, 3), generator=torch.Generator().manual_seed(1))
+    out = model(idx)
+    assert tr.count("head") == 6 and tr.count("tok_emb") == 0 and tr.count("pos_emb") == 0
+    tr.take(["head", "tok_emb", "pos_emb"])
+    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    out.backward(gy)
+    stream = (gy @ model.head.weight).detach().reshape(-1, 4)  # dL/dx for x = tok_emb(idx) + pos_emb(pos)
+    sums = tr.unpack(tr.take(["tok_emb", "pos_emb"]), ["tok_emb", "pos_emb"])
+    for name in ("tok_emb", "pos_emb"):
+        s, n = sums[name]
+        assert n == 6 and torch.allclose(s, stream.T @ stream, atol=1e-6)
+    with torch.no_grad():
+        model(idx)  # evaluation passes never count
+    assert tr.count("tok_emb") == 0
+    tr.close()
+
+
+def test_gift_hook_whitens_embeddings_with_the_stream_gradient_factor():
+    model = TinyLM()
+    state, hook = get_hook("gift_fp8", model=model, layers=["tok_emb", "pos_emb"], refresh_every=2, ema=0.0,
+                           damping=0.0, rank=4, reselect_every=None, measure_error=True)
+    assert state.layers == ("head", "tok_emb", "pos_emb") and state.embeddings == ("tok_emb", "pos_emb")
+    assert get_hook("gift_fp8", model=model, embeddings=False)[0].layers == ("head",)
+    gen = torch.Generator().manual_seed(0)
+    streams = []
+    for t in range(3):
+        model.zero_grad()
+        idx = torch.randint(0, 7, (2 + t, 3), generator=gen)
+        out = model(idx)
+        gy = torch.randn(out.shape, generator=gen)
+        streams.append((gy @ model.head.weight).detach().reshape(-1, 4).double())
+        out.backward(gy)
+        hook(state, FakeBucket(list(model.parameters()))).wait()  # after the backward, unlike DDP
+    expected = sum(g.T @ g for g in streams[1:]) / sum(g.shape[0] for g in streams[1:])  # the refresh at step 2
+    assert state.refreshes == 2
+    for name in ("tok_emb", "pos_emb"):
+        assert torch.allclose(state._cov[name], expected, atol=1e-5)
+    # a selected embedding sends Q(G S^{-1/2}) and is mapped back with S^{1/2}
+    model.zero_grad()
+    model(torch.randint(0, 7, (2, 3), generator=gen)).sum().backward()
+    codec, params = get_codec("fp8_e4m3"), list(model.parameters())
+    g_tok = params[0].grad.clone()
+    state.gift_error_feedback.residuals.clear()
+    out = hook(state, FakeBucket(params)).wait()
+    w = state.whitening["tok_emb"]
+    u = w.whiten(g_tok)
+    assert torch.equal(out[: g_tok.numel()], w.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape)).reshape(-1))
+    assert state.history[-1].per_param["tok_emb.weight"]["path"] == "gift"
+    state.close()
+
+
+def test_covariance_tracker_rejects_a_name_in_both_mappings():
+    from lab.training.comm.gift import CovarianceTracker
+
+    model = TinyLM()
+    with pytest.raises(GiftError, match="named twice"):
+        CovarianceTracker({"head": [model.head]}, lambda _n: True, {"head": (model.tok_emb, 4)})
+
+
 def test_gift_error_feedback_is_rebased_when_the_factors_change():
     """Sent (original coordinates) + the residual mapped back telescopes to the sum of the gradients,
     across refreshes of A, because R <- R A_old^{1/2} A_new^{-1/2} keeps R A^{1/2} unchanged."""
