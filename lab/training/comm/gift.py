@@ -55,6 +55,22 @@ isotropic and the gain is 1.0x whatever the condition number; for a gradient who
 span of fewer inputs than ``in`` (``G = delta^T X``, ``n < in``, whitened with the same inputs'
 covariance) or whose rows are more concentrated than ``A`` (``G = Z A^{(1+a)/2}``) it is 1.6-2.8x.
 
+Embeddings (an extension beyond the paper)
+------------------------------------------
+An ``nn.Embedding`` is a linear layer on one-hot inputs: its input-side factor is diagonal (token
+frequencies), and a diagonal scaling cannot change a per-element float format's relative error. Early in
+training the embeddings carry a large share of the gradient (on the benchmark's 4-layer char-GPT, 15-20% of
+the FP8 error at step 50), so they take the other Kronecker factor: the covariance ``S = E[dy dy^T]``
+(``(d, d)``) of the gradient ``dy`` of the embedding's output, and ``U = G S^{-1/2}``, mapped back with
+``S^{1/2}`` (the same right-hand orientation as a linear layer's ``G A^{-1/2}``, with ``d`` columns).
+:class:`CovarianceTracker` collects ``dy^T dy`` in the backward (``output_gradients``). For the GPT both
+embeddings are summed into the residual stream, so both use the stream's gradient (the position
+embedding's own output gradient is a batch sum, a poor estimate: 0.96-1.6x against 1.8-2.0x with the
+stream's). Biases and LayerNorm parameters stay Euclidean: a bias is the weight of a constant input, and
+K-FAC's homogeneous coordinate (whitening ``[G | b]`` with the covariance of ``[x; 1]``) would need the
+weight and bias encoded together; a probe measured 1.6x on the biased layers at step 1, where the biases
+of the residual projections carry about half the gradient, but it is not built.
+
 Layer selection (paper Fig. 3)
 ------------------------------
 :class:`LayerSelector` scores each candidate layer over a window of steps and picks the top ``k``
