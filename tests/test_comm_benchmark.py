@@ -80,9 +80,12 @@ def test_per_layer_picture_and_selection(result):
     rows = detail["per_layer"]
     steps = detail["capture_steps"]
     layers = {r["layer"] for r in rows}
-    assert "head" in layers and len(rows) == len(layers) * len(steps)
+    assert {"head", "tok_emb", "pos_emb"} <= layers and len(rows) == len(layers) * len(steps)
     for r in rows:
-        assert r["fp8_e4m3"] > 0 and r["gift_fp8"] > 0  # factors exist from step 1 on (step 1's own forward)
+        if r["layer"] in ("tok_emb", "pos_emb") and r["step"] == 1:  # built in the backward: no factor at step 1
+            assert r["gift_fp8"] is None and r["fp8_e4m3"] > 0
+            continue
+        assert r["fp8_e4m3"] > 0 and r["gift_fp8"] > 0  # Linear factors exist from step 1 on (step 1's own forward)
         assert r["gift_gain_fp8"] == pytest.approx(r["fp8_e4m3"] / r["gift_fp8"])
     assert detail["selection_rule"]["name"] == comm.MAIN_RULE
     assert set(detail["profile"]["initial_selection"]) == set(comm._RULES)
