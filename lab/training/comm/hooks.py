@@ -27,9 +27,10 @@ Hooks (:data:`HOOKS`, :func:`get_hook`)
 ``"gift_fp8"``, ``"gift_nvfp4"``
     GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, input-side form Eq. 18-20, Algorithm 1):
     the selected ``nn.Linear`` weights are sent as ``Q(G A^{-1/2} + R)`` with error feedback ``R`` in
-    the whitened coordinates and mapped back after the average with ``A^{1/2}``; biases and other
-    parameters take the Euclidean path (no error feedback unless ``euclidean_error_feedback=True``,
-    like the paper). See :class:`GiftHookState`.
+    the whitened coordinates and mapped back after the average with ``A^{1/2}``; selected embeddings
+    the same way with the covariance of their output gradient (an extension, ``embeddings=True``);
+    biases and other parameters take the Euclidean path (no error feedback unless
+    ``euclidean_error_feedback=True``, like the paper). See :class:`GiftHookState`.
 
 Accounting (per rank, per step; :class:`StepRecord`)
 ----------------------------------------------------
