@@ -304,6 +304,27 @@ def test_scape_exploration_is_deterministic_and_raises_coverage():
     assert plain.mask_coverage() <= 0.1  # the pure top-|m| mask locks in
 
 
+def test_scape_random_mask_covers_coordinates_like_independent_draws():
+    """explore=1.0: every slot random, so after T sparse steps a coordinate was missed with probability
+    (1 - k/n)^T, whatever |m| says (the pecking order of the test above no longer matters)."""
+    n, k_frac, steps = 5000, 0.1, 20
+    p = _param([0.0] * n)
+    opt = SCAPE([p], lr=0.01, sparsity=1 - k_frac, explore=1.0, seed=11)
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(n, generator=gen).abs() * torch.linspace(3.0, 0.1, n)
+    first_half = []
+    for t in range(steps + 1):  # step 1 is dense; steps 2..21 use 20 random masks
+        p.grad = base + 0.01 * torch.randn(n, generator=gen)
+        opt.step()
+        if t >= 1:
+            m = opt.mask(p).nonzero().flatten()
+            assert m.numel() == round(k_frac * n)
+            first_half.append(int((m < n // 2).sum()))
+    expected = 1 - (1 - k_frac) ** steps  # 0.878
+    assert abs(opt.mask_coverage() - expected) < 0.02
+    assert abs(sum(first_half) / (steps * k_frac * n) - 0.5) < 0.03  # large-|m| half not favoured
+
+
 def test_scape_state_dict_round_trip_keeps_mask_and_coverage():
     torch.manual_seed(2)
     model = torch.nn.Linear(8, 4)
