@@ -329,7 +329,7 @@ class Tiny(nn.Module):
 def test_gift_state_tracks_the_input_covariance_with_ema_and_refresh_period(ema_per, old_weight):
     model = Tiny()
     state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], refresh_every=2, ema=0.5, ema_per=ema_per, rank=4,
-                           damping=0.0, reselect_every=None, collect="refresh")
+                           damping=0.0, reselect_every=None, collect="refresh", bias=False)
     assert state.layers == ("fc1", "fc2") and state.selected == ("fc1",)
     xs = [torch.randn(5, 4) for _ in range(3)]
     for step, x in enumerate(xs):
@@ -352,7 +352,7 @@ def test_gift_state_tracks_the_input_covariance_with_ema_and_refresh_period(ema_
 def test_gift_collects_every_forward_between_refreshes_by_default():
     model = Tiny()
     state, hook = get_hook("gift_fp8", model=model, layers=["fc2"], refresh_every=3, ema=0.0, damping=0.0,
-                           reselect_every=None)
+                           reselect_every=None, bias=False)
     xs = [torch.randn(4 + t, 4) for t in range(4)]
     for x in xs:
         model.zero_grad()
@@ -366,7 +366,8 @@ def test_gift_collects_every_forward_between_refreshes_by_default():
 def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None)
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None,
+                           bias=False)
     model(x).sum().backward()  # the forward hooks collect A (step 0 is a refresh step)
     codec = get_codec("fp8_e4m3")
     params = list(model.parameters())
@@ -466,6 +467,47 @@ def test_gift_hook_whitens_embeddings_with_the_stream_gradient_factor():
     state.close()
 
 
+def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
+    """bias=True: A = [[E x x^T, E x], [E x^T, 1]] and [G | b] A^{-1/2} travels as the weight's and the
+    bias's payloads (their own scales, the Euclidean sizes), mapped back jointly."""
+    model = Tiny()
+    x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01])) + 3.0
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=5, damping=0.0, measure_error=True,
+                           reselect_every=None)
+    assert state.tracker.dims == {"fc1": 5, "fc2": 9}
+    model(x).sum().backward()
+    params = list(model.parameters())
+    grads = [p.grad.clone() for p in params]
+    out = hook(state, FakeBucket(params)).wait()
+    xa = torch.cat([x, torch.ones(6, 1)], 1).double()
+    assert torch.allclose(state._cov["fc1"], xa.T @ xa / 6, atol=1e-4)
+    codec, w = get_codec("fp8_e4m3"), state.whitening["fc1"]
+    u = w.whiten(torch.cat([grads[0], grads[1][:, None]], 1))
+    dec = torch.cat([codec.decode(codec.encode(u[:, :4].contiguous()), 32).view(8, 4),
+                     codec.decode(codec.encode(u[:, 4].contiguous()), 8).view(8, 1)], 1)
+    back = w.unwhiten(dec)
+    assert torch.equal(out[:32], back[:, :4].reshape(-1)) and torch.equal(out[32:40], back[:, 4])
+    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)
+    rec = state.history[-1]
+    assert rec.payload_bytes == sum(codec.nbytes(p.numel()) for p in params)
+    assert rec.per_param["fc1.bias"]["path"] == "gift" and rec.per_param["fc2.bias"]["path"] == "euclid"
+    table = {r["layer"]: r for r in state.layer_table()}
+    assert table["fc1"]["gain"] > 1.0  # inputs with a large mean: the constant column is far from isotropic
+
+
+def test_weight_and_bias_in_different_buckets_go_euclidean_with_a_warning():
+    model = Tiny()
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None)
+    model(torch.randn(5, 4)).sum().backward()
+    params = list(model.parameters())
+    codec = get_codec("fp8_e4m3")
+    with pytest.warns(UserWarning, match="fc1's weight and bias are in different DDP buckets"):
+        out = hook(state, FakeBucket(params[:1], index=0, last=False)).wait()
+    assert torch.equal(out, codec.decode(codec.encode(params[0].grad), 32))
+    out = hook(state, FakeBucket(params[1:], index=1, last=True)).wait()
+    assert torch.equal(out[:8], codec.decode(codec.encode(params[1].grad), 8))
+
+
 def test_covariance_tracker_rejects_a_name_in_both_mappings():
     from lab.training.comm.gift import CovarianceTracker
 
@@ -479,21 +521,25 @@ def test_gift_error_feedback_is_rebased_when_the_factors_change():
     across refreshes of A, because R <- R A_old^{1/2} A_new^{-1/2} keeps R A^{1/2} unchanged."""
     gen = torch.Generator().manual_seed(5)
     xs = [torch.randn(6, 4, generator=gen) * torch.tensor([10.0, 1.0, 0.1, 0.01]) * (1 + t) for t in range(5)]
-    gaps = {}
-    for rebase in (True, False):
-        model = Tiny()
-        state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, refresh_every=2, ema=0.0,
-                               rebase_error_feedback=rebase, reselect_every=None)
-        sent, total = torch.zeros(8, 4, dtype=torch.float64), torch.zeros(8, 4, dtype=torch.float64)
-        for x in xs:
-            model.zero_grad()
-            model(x).sum().backward()
-            total += model.fc1.weight.grad.double()
-            sent += hook(state, FakeBucket(list(model.parameters()))).wait()[:32].view(8, 4).double()
-        assert state.refreshes == 3
-        held = state.whitening["fc1"].unwhiten(state.gift_error_feedback.residuals["fc1"]).double()
-        gaps[rebase] = float((sent + held - total).norm() / total.norm())
-    assert gaps[True] < 1e-5 < 1e-3 < gaps[False]
+    for bias in (False, True):  # with bias=True, [G | b] telescopes as one (8, 5) matrix
+        gaps = {}
+        for rebase in (True, False):
+            model = Tiny()
+            state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, refresh_every=2, ema=0.0,
+                                   rebase_error_feedback=rebase, reselect_every=None, bias=bias)
+            sent, total = torch.zeros(8, 5, dtype=torch.float64), torch.zeros(8, 5, dtype=torch.float64)
+            for x in xs:
+                model.zero_grad()
+                model(x).sum().backward()
+                total += torch.cat([model.fc1.weight.grad, model.fc1.bias.grad[:, None]], 1).double()
+                out = hook(state, FakeBucket(list(model.parameters()))).wait()
+                sent += torch.cat([out[:32].view(8, 4), out[32:40, None]], 1).double()
+            assert state.refreshes == 3
+            held = state.whitening["fc1"].unwhiten(state.gift_error_feedback.residuals["fc1"]).double()
+            if not bias:  # the bias went Euclidean without error feedback: compare the weight only
+                sent, total = sent[:, :4], total[:, :4]
+            gaps[rebase] = float((sent + held - total).norm() / total.norm())
+        assert gaps[True] < 1e-5 < 1e-3 < gaps[False], (bias, gaps)
 
 
 @pytest.mark.parametrize("name", ["fp8_ef", "gift_fp8"])
@@ -636,7 +682,7 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
                 assert all(r["extra_bytes"] == 0 for r in recs)
 
     # GIFT: side collectives counted exactly; the same selections on both ranks
-    dims = {"0": 16, "2": 32, "4": 32}
+    dims = {"0": 17, "2": 33, "4": 33}  # in_features + 1: each bias is whitened with its weight
     tri = sum(d * (d + 1) // 2 + 1 for d in dims.values())  # upper triangles + row counts, float32
     factors = sum(d * 4 + 4 + 1 for d in dims.values())  # rank 4 basis + eigenvalues + c, float32
     stats = 3 * len(LayerSelector.FIELDS)  # float64

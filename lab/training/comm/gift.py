@@ -403,25 +403,34 @@ class CovarianceTracker:
         Factor name -> (module, d): the rows of the gradient of ``module``'s output, shape ``(..., d)``,
         feed the factor (for an ``nn.Embedding``, whose input-side factor is diagonal). Names sharing a
         module share one ``g^T g`` per backward.
+    homogeneous : Iterable[str]
+        Input-side layers whose inputs get a trailing constant 1 (K-FAC's homogeneous coordinate, for a
+        weight whitened together with its bias): their factor is ``(in + 1, in + 1)``,
+        ``[[E x x^T, E x], [E x^T, 1]]``, and :attr:`dims` says ``in + 1``.
 
     Raises
     ------
     GiftError
-        Modules of one layer with different ``in_features``; a name in both mappings.
+        Modules of one layer with different ``in_features``; a name in both mappings; a homogeneous
+        name that is not an input-side layer.
     """
 
     def __init__(self, layers: Mapping[str, Sequence[nn.Linear]], active: Callable[[str], bool],
-                 output_gradients: Mapping[str, tuple[nn.Module, int]] | None = None):
+                 output_gradients: Mapping[str, tuple[nn.Module, int]] | None = None, homogeneous: Iterable[str] = ()):
         self.active = active
         self.dims: dict[str, int] = {}
+        self.homogeneous = frozenset(homogeneous)
         self._sums: dict[str, Tensor] = {}
         self._counts: dict[str, int] = {}
         self._handles = []
+        unknown = sorted(self.homogeneous - set(layers))
+        if unknown:
+            raise GiftError(f"homogeneous names {unknown} are not input-side layers")
         for name, mods in layers.items():
             dims = {m.in_features for m in mods}
             if len(dims) != 1:
                 raise GiftError(f"layer {name!r}: modules sharing a weight have different in_features {sorted(dims)}")
-            self.dims[name] = dims.pop()
+            self.dims[name] = dims.pop() + (1 if name in self.homogeneous else 0)
             self._counts[name] = 0
             for m in mods:
                 self._handles.append(m.register_forward_hook(self._make_hook(name)))
@@ -444,12 +453,16 @@ class CovarianceTracker:
         self._counts[name] += x.shape[0]
 
     def _make_hook(self, name: str):
-        d = self.dims[name]
+        aug = name in self.homogeneous
+        d = self.dims[name] - aug
 
         def hook(module: nn.Module, inputs: tuple, output: object) -> None:
             if not (module.training and torch.is_grad_enabled()) or not inputs or not self.active(name):
                 return
-            self._add(name, inputs[0].detach().reshape(-1, d).to(torch.float32))
+            x = inputs[0].detach().reshape(-1, d).to(torch.float32)
+            if aug:  # K-FAC's homogeneous coordinate: the bias is the weight of a constant input 1
+                x = torch.cat([x, x.new_ones(x.shape[0], 1)], dim=1)
+            self._add(name, x)
 
         return hook
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -428,6 +429,7 @@ class _Segment:
     start: int  # in this rank's payload (bytes)
     stop: int
     whitening: Whitening | None = None  # set for GIFT segments (map back after averaging)
+    bias: tuple[int, int] | None = None  # (offset, numel) of the bias whitened with this weight, if any
 
 
 class CodecHookState(CommHookState):
@@ -535,9 +537,16 @@ class CodecHookState(CommHookState):
                 acc[s.offset : s.offset + s.numel] += self.codec.decode(row[s.start : s.stop], s.numel)
         acc.div_(world)
         for s in segments:
-            if s.whitening is not None:
-                view = acc[s.offset : s.offset + s.numel]
+            if s.whitening is None:
+                continue
+            view = acc[s.offset : s.offset + s.numel]
+            if s.bias is None:
                 view.copy_(s.whitening.unwhiten(view.view(s.shape)).reshape(-1))
+            else:  # [G | b] was whitened as one (out, in + 1) matrix
+                bview = acc[s.bias[0] : s.bias[0] + s.bias[1]]
+                back = s.whitening.unwhiten(torch.cat([view.view(s.shape), bview.view(-1, 1)], dim=1))
+                view.copy_(back[:, :-1].reshape(-1))
+                bview.copy_(back[:, -1])
         return acc if acc.dtype == dtype else acc.to(dtype)
 
 
@@ -667,6 +676,14 @@ class GiftHookState(CodecHookState):
         the residual stream's gradient for both the token and the position embedding), else each
         embedding's own output. That gradient exists only in the backward, after the refresh at the
         start of the step's first bucket, so an embedding factor lags its inputs by one step.
+    bias : bool
+        Whiten a Linear layer's bias together with its weight (an extension; the paper sends biases
+        Euclidean): K-FAC's homogeneous coordinate appends a constant 1 to the inputs, so the factor is
+        the ``(in + 1, in + 1)`` covariance of ``[x; 1]`` and ``[G | b] A^{-1/2}`` is quantized as the
+        weight's and the bias's payloads (each with its own scale; the same bytes as Euclidean), mapped
+        back jointly. Needs the weight and bias in one DDP bucket (adjacent parameters always are unless
+        a bucket boundary falls between them); a layer split across buckets is sent Euclidean, with a
+        warning. Early in training the residual projections' biases carry about half the gradient.
     collect : {"every", "refresh"}
         Which forwards feed ``A`` (see step 1). ``"every"`` costs an ``(in, in)`` GEMM per layer and forward
         but no extra bytes.
@@ -705,6 +722,7 @@ class GiftHookState(CodecHookState):
                  layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
                  select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
                  select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
+                 bias: bool = True,
                  collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
                  rebase_error_feedback: bool = True, broadcast_factors: bool = True, nonfinite: str = "raise",
                  process_group=None, measure_error: bool = False, history: int | None = None):
@@ -767,8 +785,16 @@ class GiftHookState(CodecHookState):
         self.embeddings: tuple[str, ...] = tuple(emb)
         self._weight_layer = weights
         self._layer_weight_name = {name: self._names.get(pid, name + ".weight") for pid, name in weights.items()}
+        # a Linear's bias is whitened with its weight (K-FAC's homogeneous coordinate) when the weight
+        # belongs to one module that has a bias
+        self._layer_param = {name: mods[0].weight for name, mods in by_weight.values()}
+        self._layer_bias = ({name: mods[0].bias for name, mods in by_weight.values() if len(mods) == 1 and mods[0].bias is not None}
+                            if bias else {})
+        self._layer_bias_name = {n: self._names.get(id(b), n + ".bias") for n, b in self._layer_bias.items()}
+        self._split_warned: set[str] = set()
         self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting,
-                                         {n: (source, m.embedding_dim) for n, (m, source) in emb.items()})
+                                         {n: (source, m.embedding_dim) for n, (m, source) in emb.items()},
+                                         homogeneous=self._layer_bias)
         self.selector = LayerSelector(self.layers, select_by=select_by, k=select_k, threshold=select_threshold,
                                       warmup=select_warmup if layers is None else None, every=reselect_every,
                                       initial=None if layers is None else list(layers))
@@ -905,18 +931,130 @@ class GiftHookState(CodecHookState):
         for name in before - after:  # leaving GIFT: keep the residual mass on the Euclidean path if it has EF
             r = gift_ef.pop(name) if gift_ef is not None else None
             if r is not None and plain_ef is not None and name in self.whitening:
-                plain_ef.add(self._layer_weight_name[name], self.whitening[name].unwhiten(r).reshape(-1))
+                back = self.whitening[name].unwhiten(r)
+                if name in self._layer_bias:
+                    plain_ef.add(self._layer_bias_name[name], back[:, -1].contiguous())
+                    back = back[:, :-1]
+                plain_ef.add(self._layer_weight_name[name], back.reshape(-1))
         for name in after - before:  # entering GIFT: start from the Euclidean residual, whitened
-            r = plain_ef.pop(self._layer_weight_name[name]) if plain_ef is not None else None
-            if r is not None and gift_ef is not None and name in self.whitening:
-                w = self.whitening[name]
-                gift_ef.add(name, w.whiten(r.view(-1, w.dim)))
+            if plain_ef is None or gift_ef is None or name not in self.whitening:
+                continue
+            w = self.whitening[name]
+            rw = plain_ef.pop(self._layer_weight_name[name])
+            if name in self._layer_bias:
+                rb = plain_ef.pop(self._layer_bias_name[name])
+                if rw is None and rb is None:
+                    continue
+                weight = self._layer_param[name]
+                rw = rw.view(weight.shape) if rw is not None else weight.new_zeros(weight.shape, dtype=torch.float32)
+                rb = rb.view(-1, 1) if rb is not None else rw.new_zeros(rw.shape[0], 1)
+                gift_ef.add(name, w.whiten(torch.cat([rw, rb], dim=1)))
+            elif rw is not None:
+                gift_ef.add(name, w.whiten(rw.view(-1, w.dim)))
 
-    # per-parameter encode --------------------------------------------------------------------------
+    # per-bucket and per-parameter encode -------------------------------------------------------------
+
+    def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:
+        """As :meth:`CodecHookState._encode_bucket`, with a weight and its bias encoded together."""
+        buf = bucket.buffer()
+        layout = bucket_layout(bucket)
+        where = {id(p): (off, n, shape) for p, off, n, shape in layout}
+        joint: dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]] = {}
+        for layer, b in self._layer_bias.items():
+            w = self._layer_param[layer]
+            if id(w) in where and id(b) in where:
+                (wo, wn, ws), (bo, bn, _) = where[id(w)], where[id(b)]
+                pw, pb, wh = self._encode_layer(layer, buf[wo : wo + wn].view(ws), buf[bo : bo + bn], rec)
+                joint[id(w)] = (pw, wh, (bo, bn) if wh is not None else None)
+                joint[id(b)] = (pb, None, None)
+            elif (id(w) in where or id(b) in where) and layer not in self._split_warned:
+                self._split_warned.add(layer)
+                warnings.warn(f"GIFT: {layer}'s weight and bias are in different DDP buckets; the layer is sent "
+                              "Euclidean (raise bucket_cap_mb, or bias=False to whiten the weight alone)", stacklevel=2)
+        payloads, segments, pos = [], [], 0
+        for p, off, n, shape in layout:
+            name = self.param_name(p)
+            if id(p) in joint:
+                payload, whitening, bias = joint[id(p)]
+            else:
+                (payload, whitening), bias = self._encode_param(name, p, buf[off : off + n].view(shape), rec), None
+            expected = self.codec.nbytes(n)
+            if payload.numel() != expected:
+                raise HookError(f"{name}: payload of {payload.numel()} bytes, codec {self.codec.name} states {expected}")
+            payloads.append(payload)
+            segments.append(_Segment(off, n, shape, pos, pos + expected, whitening, bias))
+            pos += expected
+        flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
+        return flat, segments
+
+    def _encode_layer(self, layer: str, g: Tensor, gb: Tensor, rec: StepRecord) -> tuple[Tensor, Tensor, Whitening | None]:
+        """Weight ``g`` ``(out, in)`` and bias ``gb`` ``(out,)`` of one layer: (weight payload, bias payload,
+        the whitening to undo jointly or None). GIFT whitens ``X = [g | gb]`` with the ``(in + 1)`` factor."""
+        w_name, b_name = self._layer_weight_name[layer], self._layer_bias_name[layer]
+        wh = self.whitening.get(layer)
+        use_gift = layer in self.selected and wh is not None
+        collecting = self.selector.collecting(self.step)
+        stats = collecting or self.measure_error
+        codec, ef_plain = self.codec, self.error_feedback
+        g32, b32 = g.to(torch.float32), gb.reshape(-1).to(torch.float32)
+        d = g32.shape[1]
+        if not (use_gift or stats):
+            return self._quantize_plain(w_name, g32.reshape(-1), ef_plain, False)[0], self._quantize_plain(b_name, b32, ef_plain, False)[0], None
+        x_full = torch.cat([g32, b32.view(-1, 1)], dim=1)
+
+        def split(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # both payloads and the decoded matrix
+            pw, pb = codec.encode(x[:, :d].contiguous(), name=w_name), codec.encode(x[:, d].contiguous(), name=b_name)
+            dec = torch.cat([codec.decode(pw, x.shape[0] * d).view(-1, d), codec.decode(pb, x.shape[0]).view(-1, 1)], dim=1)
+            return pw, pb, dec
+
+        gift_one = sent = None
+        if use_gift:
+            u = wh.whiten(x_full)
+            ef = self.gift_error_feedback
+            x = ef.compensate(layer, u) if ef is not None else u
+            pw, pb, dec = split(x)
+            if ef is not None:
+                ef.update(layer, x, dec)
+            if stats:
+                sent = wh.unwhiten(dec)
+                gift_one = sent if ef is None else wh.unwhiten(split(u)[2])
+        else:
+            pw, sw = self._quantize_plain(w_name, g32.reshape(-1), ef_plain, True)
+            pb, sb = self._quantize_plain(b_name, b32, ef_plain, True)
+            sent = torch.cat([sw.view(g32.shape), sb.view(-1, 1)], dim=1)
+        if not stats:
+            return pw, pb, wh
+
+        # statistics of the layer, on [G | b]: Euclidean (per tensor, as that path sends them) and GIFT
+        if not use_gift and ef_plain is None:
+            pe, eu = pw, sent
+        else:
+            pe, pe_b = codec.encode(g32, name=w_name), codec.encode(b32, name=b_name)
+            eu = torch.cat([codec.decode(pe, g32.numel()).view(g32.shape), codec.decode(pe_b, b32.numel()).view(-1, 1)], dim=1)
+        upper, lower = saturation_rates(codec, pe, g32)
+        if gift_one is None and wh is not None and (self.measure_error or self.selector.select_by == "gain"):
+            gift_one = wh.unwhiten(split(wh.whiten(x_full))[2])
+        ref = _norm_sq(x_full)
+        eu_err = _rel(_norm_sq(eu - x_full), ref)
+        gift_err = _rel(_norm_sq(gift_one - x_full), ref) if gift_one is not None else None
+        if collecting and ref > 0:
+            self.selector.observe(layer, upper=upper, lower=lower, euclid_err=eu_err, gift_err=gift_err)
+        if self.measure_error:
+            one, path = (gift_one if use_gift else eu), ("gift" if use_gift else "euclid")
+            self._record(rec, w_name, g32, one[:, :d], sent[:, :d], eu[:, :d], path)
+            self._record(rec, b_name, b32, one[:, d], sent[:, d], eu[:, d], path)
+            self.layer_history.append({
+                "step": self.step, "layer": layer, "selected": bool(use_gift),
+                "euclid_rel_error": eu_err, "gift_rel_error": gift_err,
+                "sent_rel_error": _rel(_norm_sq(sent - x_full), ref),
+                "upper_hit": upper, "lower_hit": lower,
+                "condition_number": wh.condition_number if wh is not None else None,
+            })
+        return pw, pb, (wh if use_gift else None)
 
     def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Whitening | None]:
         layer = self._weight_layer.get(id(p))
-        if layer is None or g.dim() != 2:
+        if layer is None or g.dim() != 2 or layer in self._layer_bias:  # the last: bias in another bucket
             return super()._encode_param(name, p, g, rec)
         wh = self.whitening.get(layer)
         use_gift = layer in self.selected and wh is not None
