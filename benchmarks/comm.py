@@ -8,13 +8,15 @@ Two parts, both on the character-level GPT of :mod:`lab.training` trained on the
 Codecs (``codecs``, ``codecs_detail``)
     One process trains the GPT with dense AdamS and, at every step, keeps the factors of every GIFT
     candidate exactly as :class:`lab.training.comm.hooks.GiftHookState` does: the input covariance of
-    every ``nn.Linear`` and the residual stream's gradient covariance for the two embeddings (every
+    every ``nn.Linear`` (with a constant 1 appended: its bias is whitened with its weight, ``[G | b]``)
+    and the residual stream's gradient covariance for the two embeddings (every
     training forward / backward collected, EMA per step, refresh every ``gift_refresh_every`` steps
     between that step's forward and its backward, so the factors a step uses never contain later data
     and the embeddings' lag one step). At the capture steps it sends the full gradient
     through every codec, per parameter tensor as the hooks do, and compares with the fp32 gradient:
     ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model), ``rel_l2_selected_layers`` (the same
-    over the weights of the layers GIFT's selection rule has selected at that step; Euclidean codecs are
+    over the parameters of the layers GIFT's selection rule has selected at that step, a weight and the
+    bias GIFT whitens with it; Euclidean codecs are
     measured on the same layers), ``cosine``, ``bytes`` (exact payload of one step, per rank) and
     ``encode_decode_speed_ratio`` (time of encode+decode of the whole gradient, tensor by tensor,
     divided by the time of a plain ``g.to(torch.float8_e4m3fn).float()`` of the same tensors, or of
@@ -27,7 +29,7 @@ Codecs (``codecs``, ``codecs_detail``)
 
     GIFT's method choices are made before the measured run, on a separate profiling run (seed
     ``profile_seed``, ``profile_steps`` steps, the paper profiles the first 100 steps): the damping
-    with the lowest FP8 error of the candidate weights over the profile, and each selection rule's initial layer
+    with the lowest FP8 error of the candidate layers over the profile, and each selection rule's initial layer
     set. In the measured run each rule re-selects every ``reselect_every`` steps from its own window
     (:class:`lab.training.comm.gift.LayerSelector`). Rules: ``gain_threshold`` (the one ``gift_*``
     codecs use: every layer whose mean Euclidean/GIFT error ratio over the window is at least
@@ -174,8 +176,11 @@ class _Study:
         emb = self.model.embedding_layers()
         self.layers = (*self.linear, *emb)  # the GIFT hook's candidates, in its order
         self.weight_of = {n: f"{n}.weight" for n in self.layers}
+        #: layer -> its bias's parameter name, for the Linear layers whose bias GIFT whitens with the weight
+        self.bias_of = {n: f"{n}.bias" for n, m in self.linear.items() if m.bias is not None}
         self.tracker = CovarianceTracker({n: [m] for n, m in self.linear.items()}, lambda _n: True,
-                                         {n: (src, m.embedding_dim) for n, (m, src) in emb.items()})
+                                         {n: (src, m.embedding_dim) for n, (m, src) in emb.items()},
+                                         homogeneous=self.bias_of)
         self.tokens = corpus.train_tokens
         self.sampler = BatchSampler(len(self.tokens), cfg.block_size, s.codec_batch, 1, seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
@@ -218,13 +223,31 @@ class _Study:
     def grads(self) -> dict[str, Tensor]:
         return {n: p.grad.detach().to(torch.float32).clone() for n, p in self.model.named_parameters()}
 
+    def matrix(self, layer: str, grads: dict[str, Tensor]) -> Tensor:
+        """The matrix GIFT whitens for ``layer``: ``[G | b]`` ``(out, in + 1)`` with a bias, else ``G``."""
+        g = grads[self.weight_of[layer]]
+        return torch.cat([g, grads[self.bias_of[layer]][:, None]], dim=1) if layer in self.bias_of else g
+
+    def split(self, layer: str, x: Tensor) -> dict[str, Tensor]:
+        """Inverse of :meth:`matrix`: parameter name -> its part of ``x``."""
+        if layer not in self.bias_of:
+            return {self.weight_of[layer]: x}
+        return {self.weight_of[layer]: x[:, :-1], self.bias_of[layer]: x[:, -1]}
+
 
 def _roundtrip(codec, g: Tensor) -> Tensor:
     return codec.decode(codec.encode(g), g.numel()).view(g.shape)
 
 
-def _gift_roundtrip(codec, g: Tensor, wh: Whitening) -> Tensor:
-    return wh.unwhiten(_roundtrip(codec, wh.whiten(g)))
+def _split_roundtrip(codec, x: Tensor, bias: bool) -> Tensor:
+    """``x`` through the codec as the hook sends it: with a bias column, weight and bias as two tensors."""
+    if not bias:
+        return _roundtrip(codec, x)
+    return torch.cat([_roundtrip(codec, x[:, :-1].contiguous()), _roundtrip(codec, x[:, -1].contiguous())[:, None]], dim=1)
+
+
+def _gift_roundtrip(codec, x: Tensor, wh: Whitening, bias: bool = False) -> Tensor:
+    return wh.unwhiten(_split_roundtrip(codec, wh.whiten(x), bias))
 
 
 def _sq(x: Tensor) -> float:
@@ -267,18 +290,18 @@ def _profile(corpus: TextCorpus, s: Settings) -> dict:
     for step, refreshed in study:
         if refreshed:
             wh = {(n, d): study.whitening(n, d) for n in study.layers if n in study.cov for d in s.damping_grid}
+        grads = study.grads()
         for n in study.layers:
-            g = study.model.get_parameter(study.weight_of[n]).grad.detach().float()
-            ref = _sq(g)
+            x, g, bias = study.matrix(n, grads), grads[study.weight_of[n]], n in study.bias_of
+            ref = _sq(x)
             if ref == 0 or (n, s.damping_grid[0]) not in wh:  # an embedding factor exists from the second refresh
                 continue
             pe = codec.encode(g)
-            eu = codec.decode(pe, g.numel()).view(g.shape)
             upper, lower = saturation_rates(codec, pe, g)
-            eerr = math.sqrt(_sq(eu - g) / ref)
+            eerr = math.sqrt(_sq(_split_roundtrip(codec, x, bias) - x) / ref)
             gerr = {}
             for d in s.damping_grid:
-                gerr[d] = math.sqrt(_sq(_gift_roundtrip(codec, g, wh[(n, d)]) - g) / ref)
+                gerr[d] = math.sqrt(_sq(_gift_roundtrip(codec, x, wh[(n, d)], bias) - x) / ref)
                 eu_sum[d] += eerr
                 gi_sum[d] += gerr[d]
             obs.append((n, upper, lower, eerr, gerr))
@@ -294,7 +317,7 @@ def _profile(corpus: TextCorpus, s: Settings) -> dict:
     return {
         "seed": s.profile_seed, "steps": s.profile_steps, "codec": "fp8_e4m3",
         "gain_by_damping": {str(d): g for d, g in gains.items()},
-        "gain_definition": "mean Euclidean FP8 relative error / mean GIFT relative error over every candidate weight (Linear and embedding) with factors and profile step",
+        "gain_definition": "mean Euclidean FP8 relative error / mean GIFT relative error over every candidate layer ([G | b] of a Linear, an embedding) with factors and profile step",
         "damping": damping, "initial_selection": initial,
         "final_loss": study.losses[s.profile_steps],
     }
@@ -317,11 +340,14 @@ class _Window:
         return _ratio(num, den)
 
 
-def _time_codecs(grads: dict[str, Tensor], whitening: dict[str, Whitening], selected: set[str], weight_of: dict,
+def _time_codecs(study: _Study, grads: dict[str, Tensor], whitening: dict[str, Whitening], selected: set[str],
                  repeats: int) -> dict:
-    """Best-of-``repeats`` seconds for encode+decode of every gradient tensor, per codec and baseline."""
+    """Best-of-``repeats`` seconds for encode+decode of every gradient tensor, per codec and baseline
+    (GIFT: the selected layers' ``[G | b]`` whitened, encoded as two tensors, mapped back)."""
     tensors = list(grads.items())
-    gift_weights = {weight_of[n]: whitening[n] for n in selected}
+    gift_layers = [n for n in study.layers if n in selected and n in whitening]
+    in_gift = {p for n in gift_layers for p in study.split(n, study.matrix(n, grads))}
+    rest = [(name, g) for name, g in tensors if name not in in_gift]
     codecs = {name: get_codec(name) for name in EUCLIDEAN_CODECS}
 
     def euclid(codec):
@@ -332,12 +358,10 @@ def _time_codecs(grads: dict[str, Tensor], whitening: dict[str, Whitening], sele
 
     def gift(codec):
         def f():
-            for name, g in tensors:
-                wh = gift_weights.get(name)
-                if wh is None:
-                    codec.decode(codec.encode(g), g.numel())
-                else:
-                    wh.unwhiten(codec.decode(codec.encode(wh.whiten(g)), g.numel()).view(g.shape))
+            for n in gift_layers:
+                _gift_roundtrip(codec, study.matrix(n, grads), whitening[n], n in study.bias_of)
+            for _, g in rest:
+                codec.decode(codec.encode(g), g.numel())
         return f
 
     def cast():
@@ -367,7 +391,6 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
     damping = prof["damping"]
     study = _Study(corpus, s, seed=s.seed, steps=s.codec_steps)
     layers, weight_of = study.layers, study.weight_of
-    layer_of_weight = {w: n for n, w in weight_of.items()}
     base = get_codec("fp8_e4m3")
     codecs = {name: get_codec(name) for name in EUCLIDEAN_CODECS}
     selectors = {rule: _selector(s, layers, rule, initial=prof["initial_selection"][rule]["selected"],
@@ -403,43 +426,42 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
         active = [w for c, w in windows.items() if w.start <= step <= c]
         grads = study.grads()
         stats = {}
+        gift_sent: dict[str, Tensor] = {}  # the selected layers' parameters as GIFT sends them
+        for layer in layers:
+            x, bias = study.matrix(layer, grads), layer in study.bias_of
+            if layer in selected and layer in whitening:
+                wh = whitening[layer]
+                u = wh.whiten(x)
+                xu = u + ef_gift[layer] if layer in ef_gift else u
+                qu = _split_roundtrip(base, xu, bias)
+                ef_gift[layer] = xu - qu
+                gift_sent.update(study.split(layer, wh.unwhiten(qu)))
+            ref = _sq(x)
+            if ref == 0:
+                continue
+            g = grads[weight_of[layer]]
+            upper, lower = saturation_rates(base, base.encode(g), g)
+            eerr = math.sqrt(_sq(_split_roundtrip(base, x, bias) - x) / ref)
+            gerr = math.sqrt(_sq(_gift_roundtrip(base, x, whitening[layer], bias) - x) / ref) if layer in whitening else None
+            stats[layer] = (upper, lower, eerr, gerr)
+            for sel in selectors.values():
+                sel.observe(layer, upper=upper, lower=lower, euclid_err=eerr, gift_err=gerr)
         for name, g in grads.items():
             eu = _roundtrip(base, g)
             x = g + ef_plain[name] if name in ef_plain else g
             q = _roundtrip(base, x)
             ef_plain[name] = x - q
-            layer = layer_of_weight.get(name)
-            if layer is not None and layer in selected and layer in whitening:
-                wh = whitening[layer]
-                u = wh.whiten(g)
-                xu = u + ef_gift[layer] if layer in ef_gift else u
-                qu = _roundtrip(base, xu)
-                ef_gift[layer] = xu - qu
-                gift_sent = wh.unwhiten(qu)
-            else:
-                gift_sent = eu
             for w in active:
                 w.add("g", name, g)
                 w.add("fp8", name, eu)
                 w.add("fp8_ef", name, q)
-                w.add("gift_fp8", name, gift_sent)
-            if layer is not None:
-                ref = _sq(g)
-                if ref == 0:
-                    continue
-                pe = base.encode(g)
-                upper, lower = saturation_rates(base, pe, g)
-                eerr = math.sqrt(_sq(eu - g) / ref)
-                gerr = math.sqrt(_sq(_gift_roundtrip(base, g, whitening[layer]) - g) / ref) if layer in whitening else None
-                stats[layer] = (upper, lower, eerr, gerr)
-                for sel in selectors.values():
-                    sel.observe(layer, upper=upper, lower=lower, euclid_err=eerr, gift_err=gerr)
+                w.add("gift_fp8", name, gift_sent.get(name, eu))
         if step in captures:
-            by_step[step], rows = _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats)
+            by_step[step], rows = _capture(step, grads, study, whitening, selectors, codecs, stats)
             by_step[step]["loss"] = study.losses[step]
             per_layer.extend(rows)
             w = windows[step]
-            sel_w = [weight_of[n] for n in selected]
+            sel_w = [p for n in layers if n in selected for p in study.split(n, study.matrix(n, grads))]
             by_step[step]["windowed"] = {
                 "window": [w.start, step],
                 **{kind: {"rel_l2": w.errors(kind, list(grads)),
@@ -447,7 +469,7 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
                    for kind in ("fp8", "fp8_ef", "gift_fp8")},
             }
             if step == captures[-1]:
-                timing = _time_codecs(grads, whitening, selected, weight_of, s.timing_repeats)
+                timing = _time_codecs(study, grads, whitening, selected, s.timing_repeats)
     numel = {n: p.numel() for n, p in study.model.named_parameters()}
     table = _codec_table(by_step, numel, timing, s, study)
     goals = _codec_goals(by_step)
@@ -478,27 +500,33 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
     return table, detail, goals
 
 
-def _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats) -> tuple[dict, list]:
-    """All codecs on one step's gradients: whole-model and per-selection errors, and the per-layer rows."""
+def _capture(step, grads, study: _Study, whitening, selectors, codecs, stats) -> tuple[dict, list]:
+    """All codecs on one step's gradients: whole-model and per-selection errors, and the per-layer rows.
+
+    A layer's parameters are its weight and, when GIFT whitens it with the weight, its bias; per-layer
+    rows measure ``[G | b]``."""
+    layers = study.layers
+    params_of = {n: list(study.split(n, study.matrix(n, grads))) for n in layers}
     names = list(grads)
     refs = {n: _sq(g) for n, g in grads.items()}
     approx: dict[str, dict[str, Tensor]] = {c: {} for c in (*EUCLIDEAN_CODECS, *GIFT_CODECS)}
     for n, g in grads.items():
         for c, codec in codecs.items():
             approx[c][n] = _roundtrip(codec, g)
-    gift_all: dict[str, dict[str, Tensor]] = {c: {} for c in GIFT_CODECS}  # GIFT on every candidate weight with factors
+    gift_all: dict[str, dict[str, Tensor]] = {c: {} for c in GIFT_CODECS}  # GIFT on every candidate with factors
     for layer in layers:
-        w = weight_of[layer]
         if layer in whitening:
+            x = study.matrix(layer, grads)
             for c, b in GIFT_CODECS.items():
-                gift_all[c][w] = _gift_roundtrip(codecs[b], grads[w], whitening[layer])
+                gift_all[c].update(study.split(layer, _gift_roundtrip(codecs[b], x, whitening[layer], layer in study.bias_of)))
 
     def gift_approx(codec_name: str, sel: set[str]) -> dict[str, Tensor]:
         base = GIFT_CODECS[codec_name]
         out = dict(approx[base])
         for layer in sel:
-            if weight_of[layer] in gift_all[codec_name]:
-                out[weight_of[layer]] = gift_all[codec_name][weight_of[layer]]
+            for p in params_of[layer]:
+                if p in gift_all[codec_name]:
+                    out[p] = gift_all[codec_name][p]
         return out
 
     main_sel = set(selectors[MAIN_RULE].selected)
@@ -512,25 +540,25 @@ def _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats
         na = sum(_sq(a[n]) for n in subset)
         return {"rel_l2": _ratio(err, ref), "cosine": dot / math.sqrt(na * ref) if na > 0 and ref > 0 else None}
 
-    sel_w = [weight_of[n] for n in layers if n in main_sel]
+    sel_w = [p for n in layers if n in main_sel for p in params_of[n]]
     out = {"loss": None, "selected_layers": sorted(main_sel), "codecs": {}}
     for c, a in approx.items():
         whole = metrics(a, names)
         out["codecs"][c] = {"rel_l2": whole["rel_l2"], "cosine": whole["cosine"],
                             "rel_l2_selected_layers": metrics(a, sel_w)["rel_l2"] if sel_w else None}
-    lin_w = [weight_of[n] for n in layers]
+    lin_w = [p for n in layers for p in params_of[n]]
     out["share_of_fp8_error_outside_candidates"] = (
         sum(_sq(approx["fp8_e4m3"][n] - grads[n]) for n in names if n not in lin_w)
         / sum(_sq(approx["fp8_e4m3"][n] - grads[n]) for n in names))
-    out["gift_fp8_all_candidates"] = {  # GIFT on every candidate weight: the most a selection could give here
+    out["gift_fp8_all_candidates"] = {  # GIFT on every candidate layer: the most a selection could give here
         "rel_l2": metrics(gift_approx("gift_fp8", set(layers)), names)["rel_l2"],
-        "rel_l2_candidate_weights": metrics(gift_approx("gift_fp8", set(layers)), lin_w)["rel_l2"],
-        "fp8_rel_l2_candidate_weights": metrics(approx["fp8_e4m3"], lin_w)["rel_l2"],
+        "rel_l2_candidate_params": metrics(gift_approx("gift_fp8", set(layers)), lin_w)["rel_l2"],
+        "fp8_rel_l2_candidate_params": metrics(approx["fp8_e4m3"], lin_w)["rel_l2"],
     }
     rules = {}
     for rule, sel in selectors.items():
         chosen = set(sel.selected)
-        sw = [weight_of[n] for n in layers if n in chosen]
+        sw = [p for n in layers if n in chosen for p in params_of[n]]
         eu_whole = out["codecs"]["fp8_e4m3"]["rel_l2"]
         gi = gift_approx("gift_fp8", chosen)
         gi_whole = metrics(gi, names)["rel_l2"]
@@ -542,15 +570,17 @@ def _capture(step, grads, layers, weight_of, whitening, selectors, codecs, stats
     out["rules"] = rules
     rows = []
     for layer in layers:
-        w = weight_of[layer]
+        ps = params_of[layer]
         st = stats.get(layer)
-        row = {"step": step, "layer": layer, "selected": layer in main_sel,
+        ref = sum(refs[p] for p in ps)
+        row = {"step": step, "layer": layer, "selected": layer in main_sel, "params": ps,
                "saturation_score": (st[0] + st[1]) if st else None,
                "condition_number": whitening[layer].condition_number if layer in whitening else None,
-               "grad_norm": math.sqrt(refs[w])}
+               "grad_norm": math.sqrt(ref)}
         for c in (*EUCLIDEAN_CODECS[1:], *GIFT_CODECS):
-            a = approx[c][w] if c in EUCLIDEAN_CODECS else gift_all[c].get(w)
-            row[c] = math.sqrt(_sq(a - grads[w]) / refs[w]) if a is not None and refs[w] else None
+            src = approx[c] if c in EUCLIDEAN_CODECS else gift_all[c]
+            have = all(p in src for p in ps)
+            row[c] = math.sqrt(sum(_sq(src[p] - grads[p]) for p in ps) / ref) if have and ref else None
         row["gift_gain_fp8"] = row["fp8_e4m3"] / row["gift_fp8"] if row["gift_fp8"] else None
         rows.append(row)
     return out, rows
@@ -646,9 +676,9 @@ def _codec_goals(by_step: dict) -> dict:
             "by_step": whole, "min": min((v for v in whole.values() if v is not None), default=None),
             "met": all(v is not None and v >= 1.5 for v in whole.values()),
             "upper_bound_gift_on_every_candidate_by_step": all_candidates,
-            "note": ("GIFT whitens nn.Linear weights (input-side factor) and the embeddings (output-gradient factor); biases and "
-                     "LayerNorm parameters always take the Euclidean path (their share of the FP8 error: "
-                     "codecs_detail.by_step.*.share_of_fp8_error_outside_candidates)"),
+            "note": ("GIFT whitens nn.Linear weights with their biases (input-side factor with the homogeneous coordinate) "
+                     "and the embeddings (output-gradient factor); LayerNorm parameters always take the Euclidean path "
+                     "(their share of the FP8 error: codecs_detail.by_step.*.share_of_fp8_error_outside_candidates)"),
         },
         "selection_rules": by_rule,
     }
