@@ -28,8 +28,9 @@ Hooks (:data:`HOOKS`, :func:`get_hook`)
     GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, input-side form Eq. 18-20, Algorithm 1):
     the selected ``nn.Linear`` weights are sent as ``Q(G A^{-1/2} + R)`` with error feedback ``R`` in
     the whitened coordinates and mapped back after the average with ``A^{1/2}``; selected embeddings
-    the same way with the covariance of their output gradient (an extension, ``embeddings=True``);
-    biases and other parameters take the Euclidean path (no error feedback unless
+    the same way with the covariance of their output gradient (an extension, ``embeddings=True``); a
+    selected layer's bias is whitened with its weight as ``[G | b]`` (an extension, ``bias=True``);
+    other parameters (LayerNorm) take the Euclidean path (no error feedback unless
     ``euclidean_error_feedback=True``, like the paper). See :class:`GiftHookState`.
 
 Accounting (per rank, per step; :class:`StepRecord`)
@@ -620,9 +621,10 @@ class GiftHookState(CodecHookState):
        back, into the Euclidean residual (with ``euclidean_error_feedback``) or drops it; a layer entering
        starts from the Euclidean residual (whitened) or zero.
     3. Per parameter: a selected layer's weight gradient ``G`` (``(out, in)``) with factors sends
-       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``); a selected
-       embedding likewise with its output-gradient factor (``embeddings``); everything else (biases,
-       LayerNorm parameters, layers not selected or without factors yet) is Euclidean.
+       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``), with its
+       bias as ``[G | b]`` (``bias``); a selected embedding likewise with its output-gradient factor
+       (``embeddings``); everything else (LayerNorm parameters, layers not selected or without factors
+       yet) is Euclidean.
     4. Statistics for candidate layers (while a selection window is open, or with ``measure_error``):
        Euclidean upper/lower-bound hit rates and one-step errors, and GIFT's one-step error when factors
        exist; kept in :attr:`layer_history` when ``measure_error``.
