@@ -123,3 +123,29 @@ def test_scape_bytes(result):
     steps = s["steps"]
     # every step's bytes: one dense step (4 n), then k values of 4 bytes
     assert s["bytes_vs_dense"] == pytest.approx((1 + (steps - 1) * b["k_fraction"]) / steps, rel=1e-6)
+
+
+def test_committed_full_run_reports_the_tuned_best_variant_and_consistent_goals():
+    """benchmarks/results/comm.json (the full run): every SCAPE variant has its own tuned grid, the
+    reported row is the lowest validation loss over variants and rates, and the goals follow the rows."""
+    from pathlib import Path
+
+    full = json.loads((Path(comm.__file__).parent / "results" / "comm.json").read_text())
+    assert full["inputs"]["quick"] is False and full["inputs"]["part"] == "all"
+    t, tuning = full["training"], full["training_detail"]["tuning"]
+    for name, sparsity in (("scape90", 0.9), ("scape99", 0.99)):
+        variants = tuning[name]["variants"]
+        assert set(variants) == set(full["inputs"][f"{name}_variants"])
+        best = min(variants, key=lambda v: variants[v]["val_loss"])
+        assert tuning[name]["best_variant"] == best == t[name]["variant"]
+        for v in variants.values():
+            grid = {float(lr): r["val_loss"] for lr, r in v["grid"].items()}
+            assert v["val_loss"] == min(grid.values()) == grid[v["best_lr"]]
+        assert t[name]["val_loss"] == variants[best]["val_loss"]
+        assert t[name]["optimizer_kwargs"]["sparsity"] == sparsity
+        gap = t[name]["val_loss"] / t["adams"]["val_loss"] - 1
+        assert full["goals"][f"{name}_val"]["relative_gap"] == pytest.approx(gap)
+    gains = full["codecs"]["gift_fp8"]["gain_whole_by_step"]
+    assert full["goals"]["gift_whole_model_1.5x"]["met"] == (min(gains.values()) >= 1.5)
+    layers = {r["layer"] for r in full["codecs_detail"]["per_layer"]}
+    assert {"tok_emb", "pos_emb", "head"} <= layers
