@@ -12,7 +12,8 @@ Codecs (``codecs``, ``codecs_detail``)
     and the residual stream's gradient covariance for the two embeddings (every
     training forward / backward collected, EMA per step, refresh every ``gift_refresh_every`` steps
     between that step's forward and its backward, so the factors a step uses never contain later data
-    and the embeddings' lag one step). At the capture steps it sends the full gradient
+    and the embeddings' lag one step, as in a DDP run with several buckets; with one bucket the hook's
+    embedding factors are one step fresher). At the capture steps it sends the full gradient
     through every codec, per parameter tensor as the hooks do, and compares with the fp32 gradient:
     ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model), ``rel_l2_selected_layers`` (the same
     over the parameters of the layers GIFT's selection rule has selected at that step, a weight and the

@@ -508,6 +508,38 @@ def test_weight_and_bias_in_different_buckets_go_euclidean_with_a_warning():
     assert torch.equal(out[:8], codec.decode(codec.encode(params[1].grad), 8))
 
 
+def test_frozen_bias_leaves_the_weight_whitened_alone():
+    model = Tiny()
+    model.fc1.bias.requires_grad_(False)
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None)
+    assert state.tracker.dims["fc1"] == 4 and state.tracker.dims["fc2"] == 9
+    model(torch.randn(5, 4)).sum().backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    import warnings as _w
+
+    with _w.catch_warnings():
+        _w.simplefilter("error")  # no "different DDP buckets" warning
+        hook(state, FakeBucket(params)).wait()
+    assert state.history[-1].per_param["fc1.weight"]["path"] == "gift"
+
+
+def test_state_saved_with_other_factor_sizes_is_refused_before_anything_loads():
+    model = Tiny()
+    old, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None, bias=False)
+    for _ in range(2):
+        model.zero_grad()
+        model(torch.randn(5, 4)).sum().backward()
+        hook(old, FakeBucket(list(model.parameters()))).wait()
+    new, _ = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None)
+    with pytest.raises(HookError, match=r"'fc1' has a \(4, 4\) covariance, this hook's factor is \(5, 5\)"):
+        new.load_state_dict(old.state_dict())
+    assert new.step == 0 and new._cov == {} and new.whitening == {}  # nothing loaded
+    lm = TinyLM()
+    saved, _ = get_hook("gift_fp8", model=lm, embeddings=False)
+    with pytest.raises(HookError, match="selection window of 1 layers, this hook has 3"):
+        get_hook("gift_fp8", model=lm)[0].load_state_dict(saved.state_dict())
+
+
 def test_covariance_tracker_rejects_a_name_in_both_mappings():
     from lab.training.comm.gift import CovarianceTracker
 

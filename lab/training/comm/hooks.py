@@ -626,8 +626,9 @@ class GiftHookState(CodecHookState):
        (``embeddings``); everything else (LayerNorm parameters, layers not selected or without factors
        yet) is Euclidean.
     4. Statistics for candidate layers (while a selection window is open, or with ``measure_error``):
-       Euclidean upper/lower-bound hit rates and one-step errors, and GIFT's one-step error when factors
-       exist; kept in :attr:`layer_history` when ``measure_error``.
+       Euclidean upper/lower-bound hit rates (of the weight) and one-step errors, and GIFT's one-step
+       error when factors exist (of ``[G | b]`` for a layer whitened with its bias); kept in
+       :attr:`layer_history` when ``measure_error``.
 
     Parameters
     ----------
@@ -676,8 +677,12 @@ class GiftHookState(CodecHookState):
         and it sends ``Q(G S^{-1/2} + R)``, mapped back with ``S^{1/2}``. The module whose output gradient
         is used comes from ``model.embedding_layers()`` when the model has it (:class:`~lab.training.model.GPT`:
         the residual stream's gradient for both the token and the position embedding), else each
-        embedding's own output. That gradient exists only in the backward, after the refresh at the
-        start of the step's first bucket, so an embedding factor lags its inputs by one step.
+        embedding's own output. That gradient exists only in the backward: a refresh (at the step's
+        first bucket) holds the backwards finished before it, so with several DDP buckets the step's
+        own embedding gradient waits for the next refresh, and with one bucket (a small model, or DDP's
+        first iteration) it is already in. Embeddings sharing a source share one ``dy^T dy`` per
+        backward, but each is all-reduced and broadcast as its own factor (``d (d + 1) / 2`` floats
+        more per refresh for the GPT's second embedding).
     bias : bool
         Whiten a Linear layer's bias together with its weight (an extension; the paper sends biases
         Euclidean): K-FAC's homogeneous coordinate appends a constant 1 to the inputs, so the factor is
@@ -696,7 +701,8 @@ class GiftHookState(CodecHookState):
     rebase_error_feedback : bool
         Rebase whitened residuals when the factors change.
     broadcast_factors : bool
-        Broadcast rank 0's factors after each refresh (extra bytes: ``4 (d k + k + 1)`` per layer).
+        Broadcast rank 0's factors after each refresh (extra bytes: ``4 (d k + k + 1)`` per layer, ``d``
+        the factor's size: ``in + 1`` for a layer whitened with its bias).
     nonfinite, process_group, measure_error, history
         See :class:`CodecHookState`.
 
@@ -790,7 +796,9 @@ class GiftHookState(CodecHookState):
         # a Linear's bias is whitened with its weight (K-FAC's homogeneous coordinate) when the weight
         # belongs to one module that has a bias
         self._layer_param = {name: mods[0].weight for name, mods in by_weight.values()}
-        self._layer_bias = ({name: mods[0].bias for name, mods in by_weight.values() if len(mods) == 1 and mods[0].bias is not None}
+        self._layer_bias = ({name: mods[0].bias for name, mods in by_weight.values()
+                             if len(mods) == 1 and mods[0].bias is not None
+                             and mods[0].bias.requires_grad and mods[0].weight.requires_grad}  # frozen: never in a bucket
                             if bias else {})
         self._layer_bias_name = {n: self._names.get(id(b), n + ".bias") for n, b in self._layer_bias.items()}
         self._split_warned: set[str] = set()
@@ -831,12 +839,45 @@ class GiftHookState(CodecHookState):
         })
         return d
 
+    def _check_state(self, state: Mapping) -> None:
+        """Refuse a state whose layers or factor sizes differ from this hook's (before anything is loaded)."""
+        unknown = [n for n in list(state["cov"]) + list(state["selected"]) if n not in self.layers]
+        if unknown:
+            raise GiftError(f"hook state_dict names layers {unknown} this model does not have")
+        hint = "(saved with other bias= / embeddings= / include= settings?)"
+        dims = self.tracker.dims
+        for n, c in state["cov"].items():
+            if tuple(c.shape) != (dims[n], dims[n]):
+                raise HookError(f"hook state_dict: layer {n!r} has a {tuple(c.shape)} covariance, this hook's factor "
+                                f"is ({dims[n]}, {dims[n]}) {hint}")
+        for n, (_f, dim, _k) in state["whitening"].items():
+            if n not in dims or dim != dims[n]:
+                raise HookError(f"hook state_dict: layer {n!r} has a factor of dim {dim}, this hook's is {dims.get(n)} {hint}")
+        for n, r in (state["gift_error_feedback"] or {}).items():
+            if n not in dims or r.dim() != 2 or r.shape[1] != dims[n]:
+                raise HookError(f"hook state_dict: layer {n!r} has a residual of shape {tuple(r.shape)}, this hook's "
+                                f"factor is {dims.get(n)} wide {hint}")
+        rows = state["selector_window"].shape[0]
+        if rows != len(self.layers):
+            raise HookError(f"hook state_dict: a selection window of {rows} layers, this hook has {len(self.layers)} {hint}")
+
     def load_state_dict(self, state: Mapping) -> None:
+        """Load a :meth:`state_dict`; checked against this hook's layers and factor sizes first.
+
+        Raises
+        ------
+        GiftError
+            The state names layers this model does not have.
+        HookError
+            A key is missing, or a covariance, factor, residual or selection window has another size
+            (e.g. a state saved with ``bias=False`` loaded with ``bias=True``); nothing is loaded then.
+        """
+        try:
+            self._check_state(state)
+        except KeyError as exc:
+            raise HookError(f"GIFT hook state_dict lacks {exc}") from None
         super().load_state_dict(state)
         try:
-            unknown = [n for n in list(state["cov"]) + list(state["selected"]) if n not in self.layers]
-            if unknown:
-                raise GiftError(f"hook state_dict names layers {unknown} this model does not have")
             self._cov = dict(state["cov"])
             self.whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["whitening"].items()}
             self._last_refresh = dict(state["last_refresh"])
