@@ -28,9 +28,10 @@ Codecs (``codecs``, ``codecs_detail``)
     (``||sum sent - sum g|| / ||sum g||``), with ``fp8``'s and ``gift_fp8``'s (GIFT keeps error feedback
     in whitened coordinates) on the same windows in ``windowed``.
 
-    GIFT's method choices are made before the measured run, on a separate profiling run (seed
-    ``profile_seed``, ``profile_steps`` steps, the paper profiles the first 100 steps): the damping
-    with the lowest FP8 error of the candidate layers over the profile, and each selection rule's initial layer
+    GIFT's method choices are made before the measured run, on separate profiling runs (seed
+    ``profile_seed``, ``profile_steps`` steps, the paper profiles the first 100 steps; one run per EMA
+    factor of ``ema_grid``): the (EMA, damping) pair with the lowest FP8 error of the candidate layers
+    over the profile (fresher factors matter early, when the model changes fastest), and each selection rule's initial layer
     set. In the measured run each rule re-selects every ``reselect_every`` steps from its own window
     (:class:`lab.training.comm.gift.LayerSelector`). Rules: ``gain_threshold`` (the one ``gift_*``
     codecs use: every layer whose mean Euclidean/GIFT error ratio over the window is at least
@@ -62,6 +63,7 @@ a shared 2-core machine: read ratios, not absolute times.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shutil
 import statistics
@@ -100,7 +102,8 @@ class Settings:
     profile_steps: int = 100
     ef_window: int = 10
     gift_rank: int = 32
-    gift_ema: float = 0.95
+    gift_ema: float = 0.95  # used only by --part training (no profile run to choose it)
+    ema_grid: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)  # the profile run chooses (ema, damping) together
     gift_refresh_every: int = 10
     damping_grid: tuple[float, ...] = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
     gift_threshold: float = 1.5
@@ -142,7 +145,7 @@ class Settings:
 FULL = Settings()
 QUICK = Settings(
     codec_model={"n_layer": 2, "d_model": 32, "n_head": 2, "block_size": 32}, codec_batch=8, codec_steps=12,
-    capture_steps=(1, 6, 12), profile_steps=6, ef_window=4, gift_refresh_every=3, damping_grid=(1e-2, 0.3),
+    capture_steps=(1, 6, 12), profile_steps=6, ef_window=4, gift_refresh_every=3, damping_grid=(1e-2, 0.3), ema_grid=(0.8, 0.95),
     reselect_every=5, timing_repeats=2, gift_rank=8,
     train_model={"n_layer": 1, "d_model": 32, "n_head": 2, "block_size": 32}, train_steps=8, batch_size=4,
     warmup_steps=2, eval_interval=0, eval_batches=2, train_loss_window=4, adams_lrs=(3e-3,),
@@ -282,7 +285,18 @@ def _selector(s: Settings, layers, rule: str, *, initial=None, every=None) -> La
 
 
 def _profile(corpus: TextCorpus, s: Settings) -> dict:
-    """Profiling run (its own seed): choose the damping and each rule's initial layers."""
+    """Profiling runs (their own seed), one per EMA factor of ``s.ema_grid``: choose the (ema, damping)
+    pair with the highest gain, and each rule's initial layers under it."""
+    per_ema = {e: _profile_one(corpus, dataclasses.replace(s, gift_ema=e)) for e in s.ema_grid}
+    ema = max(per_ema, key=lambda e: per_ema[e]["gain_by_damping"][str(per_ema[e]["damping"])])
+    out = dict(per_ema[ema])
+    out["ema"] = ema
+    out["gain_by_ema_and_damping"] = {str(e): p["gain_by_damping"] for e, p in per_ema.items()}
+    return out
+
+
+def _profile_one(corpus: TextCorpus, s: Settings) -> dict:
+    """One profiling run at ``s.gift_ema``: the damping with the highest gain, and each rule's initial layers."""
     study = _Study(corpus, s, seed=s.profile_seed, steps=s.profile_steps)
     codec = get_codec("fp8_e4m3")
     obs: list[tuple[str, float, float, float, dict[float, float]]] = []  # layer, upper, lower, euclid err, gift errs
@@ -390,6 +404,7 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
     t_start = time.perf_counter()
     prof = _profile(corpus, s)
     damping = prof["damping"]
+    s = dataclasses.replace(s, gift_ema=prof["ema"])
     study = _Study(corpus, s, seed=s.seed, steps=s.codec_steps)
     layers, weight_of = study.layers, study.weight_of
     base = get_codec("fp8_e4m3")
@@ -481,7 +496,8 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
                      "batch_size": s.codec_batch, "steps": s.codec_steps, "seed": s.seed,
                      "loss_at_captures": {str(c): study.losses[c] for c in captures}},
         "capture_steps": captures,
-        "gift": {"rank": s.gift_rank, "damping": damping, "damping_chosen_on": "profiling run (separate seed)",
+        "gift": {"rank": s.gift_rank, "damping": damping, "damping_chosen_on": "profiling runs (separate seed)",
+                 "ema_chosen_on": "profiling runs (separate seed)",
                  "ema": s.gift_ema, "ema_per": "step", "refresh_every": s.gift_refresh_every, "residual": "scalar",
                  "error_feedback": "whitened coordinates (selected layers); none on the Euclidean path, like the paper",
                  "factors": ("Linear layers: input covariance of all training forwards up to and including the refresh step; "
@@ -918,6 +934,7 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
         corpus = TextCorpus()
         table, detail, g = run_codecs(corpus, s)
         damping = detail["gift"]["damping"]
+        s = dataclasses.replace(s, gift_ema=detail["gift"]["ema"])
         result["codecs"], result["codecs_detail"] = table, detail
         goals.update(g)
     if part in ("all", "training"):
