@@ -1030,53 +1030,66 @@ class GiftHookState(CodecHookState):
         flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
         return flat, segments
 
-    def _encode_layer(self, layer: str, g: Tensor, gb: Tensor, rec: StepRecord) -> tuple[Tensor, Tensor, Whitening | None]:
-        """Weight ``g`` ``(out, in)`` and bias ``gb`` ``(out,)`` of one layer: (weight payload, bias payload,
-        the whitening to undo jointly or None). GIFT whitens ``X = [g | gb]`` with the ``(in + 1)`` factor."""
-        w_name, b_name = self._layer_weight_name[layer], self._layer_bias_name[layer]
+    def _encode_layer(self, layer: str, g: Tensor, gb: Tensor | None,
+                      rec: StepRecord) -> tuple[Tensor, Tensor | None, Whitening | None]:
+        """Weight ``g`` ``(out, in)`` and bias ``gb`` ``(out,)`` (or None) of one candidate layer: (weight
+        payload, bias payload or None, the whitening to undo after the average or None). GIFT whitens
+        ``X = [g | gb]`` (or ``g``) and sends it as the weight's and the bias's payloads."""
+        w_name, b_name = self._layer_weight_name[layer], self._layer_bias_name.get(layer)
         wh = self.whitening.get(layer)
         use_gift = layer in self.selected and wh is not None
         collecting = self.selector.collecting(self.step)
         stats = collecting or self.measure_error
         codec, ef_plain = self.codec, self.error_feedback
-        g32, b32 = g.to(torch.float32), gb.reshape(-1).to(torch.float32)
-        d = g32.shape[1]
+        g32 = g.to(torch.float32)
+        b32 = gb.reshape(-1).to(torch.float32) if gb is not None else None
         if not (use_gift or stats):
-            return self._quantize_plain(w_name, g32.reshape(-1), ef_plain, False)[0], self._quantize_plain(b_name, b32, ef_plain, False)[0], None
-        x_full = torch.cat([g32, b32.view(-1, 1)], dim=1)
+            pb = self._quantize_plain(b_name, b32, ef_plain, False)[0] if b32 is not None else None
+            return self._quantize_plain(w_name, g32.reshape(-1), ef_plain, False)[0], pb, None
+        d = g32.shape[1]
+        x_full = torch.cat([g32, b32.view(-1, 1)], dim=1) if b32 is not None else g32
 
-        def split(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # both payloads and the decoded matrix
-            pw, pb = codec.encode(x[:, :d].contiguous(), name=w_name), codec.encode(x[:, d].contiguous(), name=b_name)
-            dec = torch.cat([codec.decode(pw, x.shape[0] * d).view(-1, d), codec.decode(pb, x.shape[0]).view(-1, 1)], dim=1)
-            return pw, pb, dec
+        def encode(x: Tensor) -> tuple[Tensor, Tensor | None]:  # per tensor: the weight's columns, the bias's
+            if b32 is None:
+                return codec.encode(x, name=w_name), None
+            return codec.encode(x[:, :d].contiguous(), name=w_name), codec.encode(x[:, d].contiguous(), name=b_name)
+
+        def decode(pw: Tensor, pb: Tensor | None) -> Tensor:
+            dw = codec.decode(pw, x_full.shape[0] * d).view(-1, d)
+            return dw if pb is None else torch.cat([dw, codec.decode(pb, x_full.shape[0]).view(-1, 1)], dim=1)
 
         gift_one = sent = None
         if use_gift:
             u = wh.whiten(x_full)
             ef = self.gift_error_feedback
             x = ef.compensate(layer, u) if ef is not None else u
-            pw, pb, dec = split(x)
-            if ef is not None:
-                ef.update(layer, x, dec)
-            if stats:
-                sent = wh.unwhiten(dec)
-                gift_one = sent if ef is None else wh.unwhiten(split(u)[2])
+            pw, pb = encode(x)
+            if ef is not None or stats:
+                dec = decode(pw, pb)
+                if ef is not None:
+                    ef.update(layer, x, dec)
+                if stats:
+                    sent = wh.unwhiten(dec)
+                    gift_one = sent if ef is None else wh.unwhiten(decode(*encode(u)))
         else:
             pw, sw = self._quantize_plain(w_name, g32.reshape(-1), ef_plain, True)
-            pb, sb = self._quantize_plain(b_name, b32, ef_plain, True)
-            sent = torch.cat([sw.view(g32.shape), sb.view(-1, 1)], dim=1)
+            sent = sw.view(g32.shape)
+            pb = None
+            if b32 is not None:
+                pb, sb = self._quantize_plain(b_name, b32, ef_plain, True)
+                sent = torch.cat([sent, sb.view(-1, 1)], dim=1)
         if not stats:
             return pw, pb, wh
 
-        # statistics of the layer, on [G | b]: Euclidean (per tensor, as that path sends them) and GIFT
+        # statistics of the layer (on [G | b] with a bias): Euclidean, per tensor as that path sends them, and GIFT
         if not use_gift and ef_plain is None:
             pe, eu = pw, sent
         else:
-            pe, pe_b = codec.encode(g32, name=w_name), codec.encode(b32, name=b_name)
-            eu = torch.cat([codec.decode(pe, g32.numel()).view(g32.shape), codec.decode(pe_b, b32.numel()).view(-1, 1)], dim=1)
+            pe, pe_b = encode(x_full)
+            eu = decode(pe, pe_b)
         upper, lower = saturation_rates(codec, pe, g32)
         if gift_one is None and wh is not None and (self.measure_error or self.selector.select_by == "gain"):
-            gift_one = wh.unwhiten(split(wh.whiten(x_full))[2])
+            gift_one = wh.unwhiten(decode(*encode(wh.whiten(x_full))))
         ref = _norm_sq(x_full)
         eu_err = _rel(_norm_sq(eu - x_full), ref)
         gift_err = _rel(_norm_sq(gift_one - x_full), ref) if gift_one is not None else None
@@ -1085,7 +1098,8 @@ class GiftHookState(CodecHookState):
         if self.measure_error:
             one, path = (gift_one if use_gift else eu), ("gift" if use_gift else "euclid")
             self._record(rec, w_name, g32, one[:, :d], sent[:, :d], eu[:, :d], path)
-            self._record(rec, b_name, b32, one[:, d], sent[:, d], eu[:, d], path)
+            if b32 is not None:
+                self._record(rec, b_name, b32, one[:, d], sent[:, d], eu[:, d], path)
             self.layer_history.append({
                 "step": self.step, "layer": layer, "selected": bool(use_gift),
                 "euclid_rel_error": eu_err, "gift_rel_error": gift_err,
@@ -1099,57 +1113,8 @@ class GiftHookState(CodecHookState):
         layer = self._weight_layer.get(id(p))
         if layer is None or g.dim() != 2 or layer in self._layer_bias:  # the last: bias in another bucket
             return super()._encode_param(name, p, g, rec)
-        wh = self.whitening.get(layer)
-        use_gift = layer in self.selected and wh is not None
-        collecting = self.selector.collecting(self.step)
-        stats = collecting or self.measure_error
-        if not (use_gift or stats):
-            return super()._encode_param(name, p, g, rec)
-        codec, g32 = self.codec, g.to(torch.float32)
-        gift_one = sent = None
-        if use_gift:
-            u = wh.whiten(g32)
-            ef = self.gift_error_feedback
-            x = ef.compensate(layer, u) if ef is not None else u
-            payload = codec.encode(x, name=name)
-            if ef is not None or stats:
-                dec = codec.decode(payload, x.numel()).view(x.shape)
-                if ef is not None:
-                    ef.update(layer, x, dec)
-                if stats:
-                    sent = wh.unwhiten(dec)
-                    gift_one = sent if ef is None else wh.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape))
-        else:
-            payload, flat_sent = self._quantize_plain(name, g32.reshape(-1), self.error_feedback, True)
-            sent = flat_sent.view(g32.shape)
-        if not stats:
-            return payload, wh
-
-        # statistics of a candidate layer's weight: Euclidean (always) and GIFT (when factors exist)
-        if not use_gift and self.error_feedback is None:
-            pe, eu = payload, sent
-        else:
-            pe = codec.encode(g32, name=name)
-            eu = codec.decode(pe, g32.numel()).view(g32.shape)
-        upper, lower = saturation_rates(codec, pe, g32)
-        if gift_one is None and wh is not None and (self.measure_error or self.selector.select_by == "gain"):
-            u = wh.whiten(g32)
-            gift_one = wh.unwhiten(codec.decode(codec.encode(u), u.numel()).view(u.shape))
-        ref = _norm_sq(g32)
-        eu_err = _rel(_norm_sq(eu - g32), ref)
-        gift_err = _rel(_norm_sq(gift_one - g32), ref) if gift_one is not None else None
-        if collecting and ref > 0:
-            self.selector.observe(layer, upper=upper, lower=lower, euclid_err=eu_err, gift_err=gift_err)
-        if self.measure_error:
-            self._record(rec, name, g32, gift_one if use_gift else eu, sent, eu, "gift" if use_gift else "euclid")
-            self.layer_history.append({
-                "step": self.step, "layer": layer, "selected": bool(use_gift),
-                "euclid_rel_error": eu_err, "gift_rel_error": gift_err,
-                "sent_rel_error": rec.per_param[name]["sent_rel_error"],
-                "upper_hit": upper, "lower_hit": lower,
-                "condition_number": wh.condition_number if wh is not None else None,
-            })
-        return payload, (wh if use_gift else None)
+        payload, _, whitening = self._encode_layer(layer, g, None, rec)
+        return payload, whitening
 
     # widget data -----------------------------------------------------------------------------------
 
