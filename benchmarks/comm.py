@@ -31,14 +31,15 @@ Codecs (``codecs``, ``codecs_detail``)
     GIFT's method choices are made before the measured run, on separate profiling runs (seed
     ``profile_seed``, ``profile_steps`` steps, the paper profiles the first 100 steps; one run per EMA
     factor of ``ema_grid``): the (EMA, damping) pair with the lowest FP8 error of the candidate layers
-    over the profile (fresher factors matter early, when the model changes fastest), and each selection rule's initial layer
-    set. In the measured run each rule re-selects every ``reselect_every`` steps from its own window
+    over the profile (fresher factors matter early, when the model changes fastest), and each selection
+    rule's initial layer set. In the measured run each rule re-selects every ``reselect_every`` steps from its own window
     (:class:`lab.training.comm.gift.LayerSelector`). Rules: ``gain_threshold`` (the one ``gift_*``
     codecs use: every layer whose mean Euclidean/GIFT error ratio over the window is at least
     ``gift_threshold``), ``gain_top25``, ``error_top25`` and ``saturation_top25`` (the paper's
     Fig. 3 rule: upper- plus lower-bound hit rate of Euclidean FP8). ``gift_selection`` compares them.
     ``codecs_detail.per_layer`` is the per-layer picture: Euclidean and GIFT error of every candidate
-    weight (Linear layers and embeddings) at every capture step, with the selection and the saturation score.
+    (a Linear layer's ``[G | b]``, an embedding) at every capture step, with the selection and the
+    saturation score.
 
 Training (``training``)
     Every method is a ``launch(config, nproc)`` run (``torchrun``, gloo, sequential runs), same seed,
