@@ -514,18 +514,28 @@ class CodecHookState(CommHookState):
 
     def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:
         buf = bucket.buffer()
+        layout = bucket_layout(bucket)
+        joint = self._encode_joint(buf, layout, rec)
         payloads, segments, pos = [], [], 0
-        for p, off, n, shape in bucket_layout(bucket):
+        for p, off, n, shape in layout:
             name = self.param_name(p)
-            payload, whitening = self._encode_param(name, p, buf[off : off + n].view(shape), rec)
+            if id(p) in joint:
+                payload, whitening, bias = joint[id(p)]
+            else:
+                (payload, whitening), bias = self._encode_param(name, p, buf[off : off + n].view(shape), rec), None
             expected = self.codec.nbytes(n)
             if payload.numel() != expected:  # the codecs guarantee this; a cheap guard for the accounting
                 raise HookError(f"{name}: payload of {payload.numel()} bytes, codec {self.codec.name} states {expected}")
             payloads.append(payload)
-            segments.append(_Segment(off, n, shape, pos, pos + expected, whitening))
+            segments.append(_Segment(off, n, shape, pos, pos + expected, whitening, bias))
             pos += expected
         flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
         return flat, segments
+
+    def _encode_joint(self, buf: Tensor, layout: list,
+                      rec: StepRecord) -> dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]]:
+        """Parameters encoded together (``id(p) -> (payload, whitening, bias (offset, numel) or None)``); none here."""
+        return {}
 
     # decode side (future callback: no collectives here) ----------------------------------------
 
@@ -997,10 +1007,9 @@ class GiftHookState(CodecHookState):
 
     # per-bucket and per-parameter encode -------------------------------------------------------------
 
-    def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:
-        """As :meth:`CodecHookState._encode_bucket`, with a weight and its bias encoded together."""
-        buf = bucket.buffer()
-        layout = bucket_layout(bucket)
+    def _encode_joint(self, buf: Tensor, layout: list,
+                      rec: StepRecord) -> dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]]:
+        """A Linear's weight and bias encoded together when both are in this bucket (see ``bias``)."""
         where = {id(p): (off, n, shape) for p, off, n, shape in layout}
         joint: dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]] = {}
         for layer, b in self._layer_bias.items():
@@ -1014,21 +1023,7 @@ class GiftHookState(CodecHookState):
                 self._split_warned.add(layer)
                 warnings.warn(f"GIFT: {layer}'s weight and bias are in different DDP buckets; the layer is sent "
                               "Euclidean (raise bucket_cap_mb, or bias=False to whiten the weight alone)", stacklevel=2)
-        payloads, segments, pos = [], [], 0
-        for p, off, n, shape in layout:
-            name = self.param_name(p)
-            if id(p) in joint:
-                payload, whitening, bias = joint[id(p)]
-            else:
-                (payload, whitening), bias = self._encode_param(name, p, buf[off : off + n].view(shape), rec), None
-            expected = self.codec.nbytes(n)
-            if payload.numel() != expected:
-                raise HookError(f"{name}: payload of {payload.numel()} bytes, codec {self.codec.name} states {expected}")
-            payloads.append(payload)
-            segments.append(_Segment(off, n, shape, pos, pos + expected, whitening, bias))
-            pos += expected
-        flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
-        return flat, segments
+        return joint
 
     def _encode_layer(self, layer: str, g: Tensor, gb: Tensor | None,
                       rec: StepRecord) -> tuple[Tensor, Tensor | None, Whitening | None]:

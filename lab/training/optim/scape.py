@@ -67,8 +67,9 @@ AdamS 2.150), at 99% top-|m| with ``explore=0.2`` wins (2.575; ``error_feedback`
 2.585, plain top-|m| 2.598, random 2.634). Over 1,200 steps at 90% the two masks end close (top-|m| 1.960,
 random 1.983, dense 1.760). The gap is not the information lost in the unsent values: all-reducing the
 dense gradient as well and keeping every coordinate's ``m`` exact (a diagnostic, no savings) while
-updating only the top-10% by ``|m|`` ends at 2.53 at best (rates 1e-3, 2e-3, 8e-3), worse than the frozen, stale ``m`` (whose mask keeps
-rotating). What costs is updating a tenth of the coordinates per step.
+updating only the top-10% by ``|m|`` ends at 2.53 at best (rates 1e-3, 2e-3, 8e-3), worse than the
+frozen, stale ``m`` (whose mask keeps rotating). What costs is updating a tenth of the coordinates per
+step.
 
 :meth:`SCAPE.mask_coverage` reports the fraction of coordinates selected at least once in a sparse
 step.
