@@ -23,6 +23,7 @@ from lab.training.comm import (
     CodecHookState,
     ErrorFeedback,
     GiftHookState,
+    KroneckerWhitening,
     LayerSelector,
     Whitening,
     get_codec,
@@ -88,6 +89,28 @@ def test_full_rank_whitening_is_the_exact_inverse_square_root_pair():
     g = torch.randn(5, 12)
     assert torch.allclose(w.unwhiten(w.whiten(g)), g, rtol=0, atol=1e-4)
     assert torch.allclose(w.whiten(g).double(), g.double() @ eig_power(a, -0.5), rtol=1e-4, atol=1e-3)
+
+
+def test_kronecker_whitening_is_the_two_sided_transform_by_hand():
+    """B^{-1/2} G A^{-1/2} and back (paper Eq. 14-17, symmetric roots), and the left-hand EF rebase."""
+    a, _, _ = spd(6, 1e3, seed=1)
+    b, _, _ = spd(4, 1e2, seed=2)
+    b2, _, _ = spd(4, 1e4, seed=3)
+    wa, wb, wb2 = (Whitening.from_covariance(m, rank=m.shape[0], damping=0.0) for m in (a, b, b2))
+    k = KroneckerWhitening(wa, wb)
+    assert k.dim == 6 and k.rank == 6 and k.condition_number == pytest.approx(wa.condition_number * wb.condition_number)
+    g = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    u = k.whiten(g)
+    assert torch.allclose(u.double(), eig_power(b, -0.5) @ g.double() @ eig_power(a, -0.5), rtol=1e-4, atol=1e-3)
+    assert torch.allclose(k.unwhiten(u), g, rtol=0, atol=1e-4)
+    r = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    moved = KroneckerWhitening(wa, wb2).rebase_output(r, wb)  # keeps B^{1/2} R: B2^{1/2} moved == B^{1/2} r
+    assert torch.allclose((eig_power(b2, 0.5) @ moved.double()), eig_power(b, 0.5) @ r.double(), rtol=1e-4, atol=1e-3)
+    assert torch.allclose(k.rebase_output(r, None).double(), eig_power(b, -0.5) @ r.double(), rtol=1e-4, atol=1e-3)
+    with pytest.raises(GiftError, match="output-side whitening of dim 4"):
+        k.whiten(torch.randn(5, 6))
+    with pytest.raises(GiftError, match="two Whitening factors"):
+        KroneckerWhitening(wa, None)
 
 
 def test_low_rank_plus_scalar_residual_by_hand():
@@ -367,7 +390,7 @@ def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
     state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None,
-                           bias=False)
+                           bias=False, output_side=False)
     model(x).sum().backward()  # the forward hooks collect A (step 0 is a refresh step)
     codec = get_codec("fp8_e4m3")
     params = list(model.parameters())
@@ -392,6 +415,41 @@ def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     x2 = u + (u - dec)
     dec2 = codec.decode(codec.encode(x2), u.numel()).view(u.shape)
     assert torch.equal(out2[:32], w.unwhiten(dec2).reshape(-1))
+
+
+def test_output_side_factor_is_refreshed_per_bucket_with_the_steps_own_backward():
+    """output_side: B = E[dy dy^T] of fc1's output gradient, refreshed as fc1's bucket is encoded (the
+    step's backward is in), and fc1's [G | b] travels as Q(B^{-1/2} [G | b] A^{-1/2}) with EF there."""
+    model = Tiny()
+    dys = []
+    model.fc1.register_forward_hook(lambda m, i, o: (o.register_hook(lambda g: dys.append(g.detach().double())), None)[1])
+    x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=9, damping=0.0, measure_error=True,
+                           reselect_every=None)
+    assert state.output_side == ("fc1", "fc2") and state.out_tracker.dims == {"fc1": 8, "fc2": 3}
+    model(x).sum().backward()
+    params = list(model.parameters())
+    grads = [p.grad.clone() for p in params]
+    out_b0 = hook(state, FakeBucket(params[2:], index=0, last=False)).wait()  # fc2 first, as DDP orders buckets
+    assert set(state.out_whitening) == {"fc2"} and set(state.whitening) == {"fc1", "fc2"}
+    out = hook(state, FakeBucket(params[:2], index=1, last=True)).wait()
+    assert set(state.out_whitening) == {"fc1", "fc2"} and state.refreshes == 1
+    assert torch.allclose(state._out_cov["fc1"], dys[0].T @ dys[0] / 6, atol=1e-5)
+    codec, k = get_codec("fp8_e4m3"), state.transform("fc1")
+    assert isinstance(k, KroneckerWhitening) and k.output is state.out_whitening["fc1"]
+    u = k.whiten(torch.cat([grads[0], grads[1][:, None]], 1))
+    dec = torch.cat([codec.decode(codec.encode(u[:, :4].contiguous()), 32).view(8, 4),
+                     codec.decode(codec.encode(u[:, 4].contiguous()), 8).view(8, 1)], 1)
+    back = k.unwhiten(dec)
+    assert torch.equal(out[:32], back[:, :4].reshape(-1)) and torch.equal(out[32:40], back[:, 4])
+    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)
+    assert torch.equal(out_b0[:24], codec.decode(codec.encode(grads[2]), 24))  # fc2 not selected: Euclidean
+    # a state with output-side factors is refused by a hook without them, before anything loads
+    plain, _ = get_hook("gift_fp8", model=model, layers=["fc1"], rank=9, reselect_every=None, output_side=False)
+    with pytest.raises(HookError, match="'fc2' has a \\(3, 3\\) output-side covariance, this hook's is absent"):
+        plain.load_state_dict(state.state_dict())
+    assert plain.step == 0 and plain._out_cov == {}
+    state.close()
 
 
 class TinyLM(nn.Module):
@@ -473,7 +531,7 @@ def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01])) + 3.0
     state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=5, damping=0.0, measure_error=True,
-                           reselect_every=None)
+                           reselect_every=None, output_side=False)
     assert state.tracker.dims == {"fc1": 5, "fc2": 9}
     model(x).sum().backward()
     params = list(model.parameters())
@@ -553,12 +611,12 @@ def test_gift_error_feedback_is_rebased_when_the_factors_change():
     across refreshes of A, because R <- R A_old^{1/2} A_new^{-1/2} keeps R A^{1/2} unchanged."""
     gen = torch.Generator().manual_seed(5)
     xs = [torch.randn(6, 4, generator=gen) * torch.tensor([10.0, 1.0, 0.1, 0.01]) * (1 + t) for t in range(5)]
-    for bias in (False, True):  # with bias=True, [G | b] telescopes as one (8, 5) matrix
+    for bias, output_side in ((False, False), (True, False), (True, True)):  # bias: [G | b] as one (8, 5) matrix
         gaps = {}
         for rebase in (True, False):
             model = Tiny()
             state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, refresh_every=2, ema=0.0,
-                                   rebase_error_feedback=rebase, reselect_every=None, bias=bias)
+                                   rebase_error_feedback=rebase, reselect_every=None, bias=bias, output_side=output_side)
             sent, total = torch.zeros(8, 5, dtype=torch.float64), torch.zeros(8, 5, dtype=torch.float64)
             for x in xs:
                 model.zero_grad()
@@ -567,11 +625,11 @@ def test_gift_error_feedback_is_rebased_when_the_factors_change():
                 out = hook(state, FakeBucket(list(model.parameters()))).wait()
                 sent += torch.cat([out[:32].view(8, 4), out[32:40, None]], 1).double()
             assert state.refreshes == 3
-            held = state.whitening["fc1"].unwhiten(state.gift_error_feedback.residuals["fc1"]).double()
+            held = state.transform("fc1").unwhiten(state.gift_error_feedback.residuals["fc1"]).double()
             if not bias:  # the bias went Euclidean without error feedback: compare the weight only
                 sent, total = sent[:, :4], total[:, :4]
             gaps[rebase] = float((sent + held - total).norm() / total.norm())
-        assert gaps[True] < 1e-5 < 1e-3 < gaps[False], (bias, gaps)
+        assert gaps[True] < 1e-5 < 1e-3 < gaps[False], (bias, output_side, gaps)
 
 
 @pytest.mark.parametrize("name", ["fp8_ef", "gift_fp8"])

@@ -16,7 +16,7 @@ hooks
 """
 
 from lab.training.comm.codecs import CODECS, Codec, Float32Codec, FP8Codec, NVFP4Codec, get_codec
-from lab.training.comm.gift import CovarianceTracker, LayerSelector, Whitening
+from lab.training.comm.gift import CovarianceTracker, KroneckerWhitening, LayerSelector, Whitening
 from lab.training.comm.hooks import (
     HOOKS,
     CodecHookState,
@@ -32,7 +32,7 @@ from lab.training.comm.hooks import (
 
 __all__ = [
     "CODECS", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
-    "CovarianceTracker", "LayerSelector", "Whitening",
+    "CovarianceTracker", "KroneckerWhitening", "LayerSelector", "Whitening",
     "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "GiftHookState", "StepRecord",
     "codec_hook", "fp32_hook", "get_hook", "gift_hook",
 ]

@@ -80,11 +80,15 @@ from lab.training.comm.gift import (
     RESIDUALS,
     SELECT_BY,
     CovarianceTracker,
+    KroneckerWhitening,
     LayerSelector,
     Whitening,
     saturation_rates,
 )
 from lab.training.errors import GiftError, HookError
+
+#: What a GIFT segment undoes after the average: one (right-hand) factor or both Kronecker factors.
+Transform = Whitening | KroneckerWhitening
 
 __all__ = [
     "HOOKS",
@@ -429,7 +433,7 @@ class _Segment:
     shape: torch.Size
     start: int  # in this rank's payload (bytes)
     stop: int
-    whitening: Whitening | None = None  # set for GIFT segments (map back after averaging)
+    whitening: Transform | None = None  # set for GIFT segments (map back after averaging)
     bias: tuple[int, int] | None = None  # (offset, numel) of the bias whitened with this weight, if any
 
 
@@ -501,7 +505,7 @@ class CodecHookState(CommHookState):
         rec.per_param[name] = {"rel_error": _rel(e1, ref), "sent_rel_error": _rel(es, ref),
                                "euclid_rel_error": _rel(ee, ref), "path": path}
 
-    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Whitening | None]:
+    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Transform | None]:
         """Payload of one parameter's gradient ``g`` (a view of the bucket, shape of ``p``) and the
         whitening to undo after the average (None: Euclidean)."""
         g32 = g.reshape(-1).to(torch.float32)
@@ -515,6 +519,7 @@ class CodecHookState(CommHookState):
     def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:
         buf = bucket.buffer()
         layout = bucket_layout(bucket)
+        self._before_bucket(layout, rec)
         joint = self._encode_joint(buf, layout, rec)
         payloads, segments, pos = [], [], 0
         for p, off, n, shape in layout:
@@ -532,8 +537,11 @@ class CodecHookState(CommHookState):
         flat = torch.cat(payloads) if payloads else torch.empty(0, dtype=torch.uint8, device=buf.device)
         return flat, segments
 
+    def _before_bucket(self, layout: list, rec: StepRecord) -> None:
+        """Hook for subclasses: side collectives before a bucket is encoded (its gradients are complete)."""
+
     def _encode_joint(self, buf: Tensor, layout: list,
-                      rec: StepRecord) -> dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]]:
+                      rec: StepRecord) -> dict[int, tuple[Tensor, Transform | None, tuple[int, int] | None]]:
         """Parameters encoded together (``id(p) -> (payload, whitening, bias (offset, numel) or None)``); none here."""
         return {}
 
@@ -626,12 +634,17 @@ class GiftHookState(CodecHookState):
        :meth:`Whitening.from_covariance` (damping, rank, residual); with ``broadcast_factors`` rank 0's
        float32 factors are broadcast so every rank maps back with the same bits; error-feedback residuals
        are rebased, ``R <- R A_old^{1/2} A_new^{-1/2}`` (``rebase_error_feedback``; the artifact does not).
+       Output-gradient factors (the embeddings' factor; a Linear layer's left-hand factor ``B`` with
+       ``output_side``) are refreshed the same way just before each bucket is encoded, for the layers
+       whose weight is in that bucket: their gradients are complete then, so the step's own backward is
+       in (``R <- B_new^{-1/2} B_old^{1/2} R`` for the left-hand side).
     2. At a selection step (:meth:`LayerSelector.due`): the window statistics are all-reduced (float64)
        and the same layers are selected on every rank. A layer leaving GIFT folds its residual, mapped
        back, into the Euclidean residual (with ``euclidean_error_feedback``) or drops it; a layer entering
        starts from the Euclidean residual (whitened) or zero.
     3. Per parameter: a selected layer's weight gradient ``G`` (``(out, in)``) with factors sends
-       ``Q(G A^{-1/2} + R)`` and keeps ``R`` (EF in whitened coordinates, ``error_feedback``), with its
+       ``Q(B^{-1/2} G A^{-1/2} + R)`` (``Q(G A^{-1/2} + R)`` without ``output_side`` or before ``B``'s first
+       refresh) and keeps ``R`` (EF in whitened coordinates, ``error_feedback``), with its
        bias as ``[G | b]`` (``bias``); a selected embedding likewise with its output-gradient factor
        (``embeddings``); everything else (LayerNorm parameters, layers not selected or without factors
        yet) is Euclidean.
@@ -687,12 +700,10 @@ class GiftHookState(CodecHookState):
         and it sends ``Q(G S^{-1/2} + R)``, mapped back with ``S^{1/2}``. The module whose output gradient
         is used comes from ``model.embedding_layers()`` when the model has it (:class:`~lab.training.model.GPT`:
         the residual stream's gradient for both the token and the position embedding), else each
-        embedding's own output. That gradient exists only in the backward: a refresh (at the step's
-        first bucket) holds the backwards finished before it, so with several DDP buckets the step's
-        own embedding gradient waits for the next refresh, and with one bucket (a small model, or DDP's
-        first iteration) it is already in. Embeddings sharing a source share one ``dy^T dy`` per
-        backward, but each is all-reduced and broadcast as its own factor (``d (d + 1) / 2`` floats
-        more per refresh for the GPT's second embedding).
+        embedding's own output. That gradient exists only in the backward; the factor is refreshed
+        before the embedding's bucket is encoded, with the step's own backward in. Embeddings sharing a
+        source share one ``dy^T dy`` per backward, but each is all-reduced and broadcast as its own
+        factor (``d (d + 1) / 2`` floats more per refresh for the GPT's second embedding).
     bias : bool
         Whiten a Linear layer's bias together with its weight (an extension; the paper sends biases
         Euclidean): K-FAC's homogeneous coordinate appends a constant 1 to the inputs, so the factor is
@@ -701,6 +712,12 @@ class GiftHookState(CodecHookState):
         back jointly. Needs the weight and bias in one DDP bucket (adjacent parameters always are unless
         a bucket boundary falls between them); a layer split across buckets is sent Euclidean, with a
         warning. Early in training the residual projections' biases carry about half the gradient.
+    output_side : bool
+        Also whiten on the left with the output-gradient covariance ``B = E[dy dy^T]`` (``(out, out)``) of
+        each Linear layer (one module per weight): the paper's full two-sided form (Eq. 14-17), which it
+        dropped after its Table I found no gain at 600M. On the benchmark's char-GPT it lowers the
+        per-layer error a further 1.2-3x (see :mod:`lab.training.comm.gift`). Costs ``out (out + 1) / 2 + 1``
+        floats per layer and refresh in the all-reduce and ``out k + k + 1`` in the factor broadcast.
     collect : {"every", "refresh"}
         Which forwards feed ``A`` (see step 1). ``"every"`` costs an ``(in, in)`` GEMM per layer and forward
         but no extra bytes.
@@ -719,7 +736,9 @@ class GiftHookState(CodecHookState):
     Attributes
     ----------
     whitening : dict[str, Whitening]
-        Current factors per tracked layer.
+        Current right-hand factors per tracked layer (``A``; an embedding's ``S``).
+    out_whitening : dict[str, Whitening]
+        Current left-hand factors ``B`` (``output_side``); :meth:`transform` combines both.
     selector : LayerSelector
         Window sums and :attr:`LayerSelector.history` (selections with scores).
     layer_history : deque of dict
@@ -740,7 +759,7 @@ class GiftHookState(CodecHookState):
                  layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
                  select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
                  select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
-                 bias: bool = True,
+                 bias: bool = True, output_side: bool = True,
                  collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
                  rebase_error_feedback: bool = True, broadcast_factors: bool = True, nonfinite: str = "raise",
                  process_group=None, measure_error: bool = False, history: int | None = None):
@@ -812,15 +831,25 @@ class GiftHookState(CodecHookState):
                             if bias else {})
         self._layer_bias_name = {n: self._names.get(id(b), n + ".bias") for n, b in self._layer_bias.items()}
         self._split_warned: set[str] = set()
+        # input side (forward hooks, refreshed at the step's start); output-gradient factors (backward
+        # hooks, refreshed per bucket): the embeddings' only factor, and a Linear's left-hand factor
         self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting,
-                                         {n: (source, m.embedding_dim) for n, (m, source) in emb.items()},
                                          homogeneous=self._layer_bias)
+        self.output_side = tuple(name for name, mods in by_weight.values() if output_side and len(mods) == 1)
+        self.out_tracker = CovarianceTracker(
+            {}, self._collecting,
+            {**{n: (source, m.embedding_dim) for n, (m, source) in emb.items()},
+             **{name: (mods[0], mods[0].out_features) for name, mods in by_weight.values() if name in self.output_side}})
         self.selector = LayerSelector(self.layers, select_by=select_by, k=select_k, threshold=select_threshold,
                                       warmup=select_warmup if layers is None else None, every=reselect_every,
                                       initial=None if layers is None else list(layers))
         self.whitening: dict[str, Whitening] = {}
+        self.out_whitening: dict[str, Whitening] = {}
         self._cov: dict[str, Tensor] = {}
-        self.refreshes = 0
+        self._out_cov: dict[str, Tensor] = {}
+        self._out_last_refresh: dict[str, int] = {}
+        self.refreshes = 0  # steps at which some factor was refreshed
+        self._counted_refresh = -1
         self.layer_history: deque[dict] = deque(maxlen=None if history is None else history * len(self.layers))
 
     @property
@@ -831,6 +860,14 @@ class GiftHookState(CodecHookState):
     def close(self) -> None:
         """Remove the forward hooks from the model."""
         self.tracker.close()
+        self.out_tracker.close()
+
+    def transform(self, layer: str) -> Whitening | KroneckerTransform | None:
+        """The transform GIFT applies to ``layer``'s gradient now: both factors when the output side has
+        one, the input (right-hand) factor alone before that, None before any refresh."""
+        wh = self.whitening.get(layer)
+        wo = self.out_whitening.get(layer)
+        return None if wh is None else (wh if wo is None else KroneckerWhitening(wh, wo))
 
     def state_dict(self) -> dict:
         """Adds the covariance EMAs, factors (float32 flat), whitened residuals, the selection and its
@@ -846,6 +883,10 @@ class GiftHookState(CodecHookState):
             "selector_window": self.selector.window.clone(),
             "selector_history": list(self.selector.history),
             "tracker": (_cpu(self.tracker._sums), dict(self.tracker._counts)),
+            "out_cov": _cpu(self._out_cov),
+            "out_whitening": {n: (w.to_flat().cpu(), w.dim, w.rank) for n, w in self.out_whitening.items()},
+            "out_last_refresh": dict(self._out_last_refresh),
+            "out_tracker": (_cpu(self.out_tracker._sums), dict(self.out_tracker._counts)),
         })
         return d
 
@@ -854,8 +895,17 @@ class GiftHookState(CodecHookState):
         unknown = [n for n in list(state["cov"]) + list(state["selected"]) if n not in self.layers]
         if unknown:
             raise GiftError(f"hook state_dict names layers {unknown} this model does not have")
-        hint = "(saved with other bias= / embeddings= / include= settings?)"
-        dims = self.tracker.dims
+        hint = "(saved with other bias= / embeddings= / output_side= / include= settings?)"
+        dims = {**self.out_tracker.dims, **self.tracker.dims}  # right-hand factors: embeddings' from the output side
+        out_dims = {n: self.out_tracker.dims[n] for n in self.output_side}
+        for n, c in state["out_cov"].items():
+            if n not in out_dims or tuple(c.shape) != (out_dims[n], out_dims[n]):
+                raise HookError(f"hook state_dict: layer {n!r} has a {tuple(c.shape)} output-side covariance, this "
+                                f"hook's is {(out_dims[n],) * 2 if n in out_dims else 'absent'} {hint}")
+        for n, (_f, dim, _k) in state["out_whitening"].items():
+            if out_dims.get(n) != dim:
+                raise HookError(f"hook state_dict: layer {n!r} has an output-side factor of dim {dim}, this hook's is "
+                                f"{out_dims.get(n)} {hint}")
         for n, c in state["cov"].items():
             if tuple(c.shape) != (dims[n], dims[n]):
                 raise HookError(f"hook state_dict: layer {n!r} has a {tuple(c.shape)} covariance, this hook's factor "
@@ -892,13 +942,18 @@ class GiftHookState(CodecHookState):
             self.whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["whitening"].items()}
             self._last_refresh = dict(state["last_refresh"])
             self.refreshes = int(state["refreshes"])
+            self._counted_refresh = self.step - 1
             if self.gift_error_feedback is not None:
                 self.gift_error_feedback.residuals = dict(state["gift_error_feedback"] or {})
             self.selector.selected = tuple(n for n in self.layers if n in set(state["selected"]))
             self.selector.window = state["selector_window"].clone()
             self.selector.history = list(state["selector_history"])
-            sums, counts = state["tracker"]
-            self.tracker._sums, self.tracker._counts = dict(sums), {n: int(counts.get(n, 0)) for n in self.layers}
+            for tracker, key in ((self.tracker, "tracker"), (self.out_tracker, "out_tracker")):
+                sums, counts = state[key]
+                tracker._sums, tracker._counts = dict(sums), {n: int(counts.get(n, 0)) for n in tracker.dims}
+            self._out_cov = dict(state["out_cov"])
+            self.out_whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["out_whitening"].items()}
+            self._out_last_refresh = dict(state["out_last_refresh"])
         except KeyError as exc:
             raise HookError(f"GIFT hook state_dict lacks {exc}") from None
 
@@ -924,29 +979,50 @@ class GiftHookState(CodecHookState):
             self._select(rec)
 
     def _refresh(self, rec: StepRecord) -> None:
-        names = self._tracked()
-        stale = [n for n in self.layers if n not in names and self.tracker.count(n)]
+        """Input-side factors of the tracked Linear layers (step start: the step's forward is complete)."""
+        self._refresh_factors(self.tracker, [n for n in self._tracked() if n in self.tracker.dims], rec)
+
+    def _before_bucket(self, layout: list, rec: StepRecord) -> None:
+        """Output-gradient factors of the layers in this bucket, on refresh steps: their gradients are
+        complete, so the step's own backward is in (the embeddings' factor, a Linear's left-hand one)."""
+        if not self._is_refresh_step(self.step):
+            return
+        tracked = set(self._tracked())
+        in_bucket = [self._weight_layer[id(p)] for p, *_ in layout if id(p) in self._weight_layer]
+        self._refresh_factors(self.out_tracker, [n for n in in_bucket if n in tracked and n in self.out_tracker.dims], rec)
+
+    def _refresh_factors(self, tracker: CovarianceTracker, names: list[str], rec: StepRecord) -> None:
+        """All-reduce ``tracker``'s sums for ``names``, update the EMAs and factors, rebase EF residuals.
+
+        A name that is a Linear layer of ``self.out_tracker`` updates the left-hand factor
+        (:attr:`out_whitening`); every other name (a Linear's input side, an embedding) the right-hand
+        one (:attr:`whitening`).
+        """
+        stale = [n for n in tracker.dims if n not in self._tracked() and tracker.count(n)]
         if stale:  # collected while selected, deselected since (track="selected"): drop, never mix in later
-            self.tracker.take(stale)
+            tracker.take(stale)
         if not names:
             return
         w = self.world_size
-        vec = self.tracker.take(names, device=self.device)
+        vec = tracker.take(names, device=self.device)
         if w > 1:
             dist.all_reduce(vec, group=self.process_group)
             rec.extra_bytes += 4 * vec.numel()
-        sums = self.tracker.unpack(vec, names)
+        sums = tracker.unpack(vec, names)
+        left = tracker is self.out_tracker
         fresh: dict[str, Whitening] = {}
         for name in names:
             s, n = sums[name]
             if n <= 0:
                 continue
+            is_left = left and name in self.output_side
+            covs, last = (self._out_cov, self._out_last_refresh) if is_left else (self._cov, self._last_refresh)
             a_new = s.to(torch.float64) / n
-            old = self._cov.get(name)
-            b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - self._last_refresh.get(name, self.step))
-            self._cov[name] = a_new if old is None else b * old + (1.0 - b) * a_new
-            self._last_refresh[name] = self.step
-            fresh[name] = Whitening.from_covariance(self._cov[name], self.rank_r, self.damping, self.residual)
+            old = covs.get(name)
+            b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - last.get(name, self.step))
+            covs[name] = a_new if old is None else b * old + (1.0 - b) * a_new
+            last[name] = self.step
+            fresh[name] = Whitening.from_covariance(covs[name], self.rank_r, self.damping, self.residual)
         if w > 1 and self.broadcast_factors and fresh:
             order = [n for n in names if n in fresh]
             flat = torch.cat([fresh[n].to_flat() for n in order])
@@ -960,15 +1036,20 @@ class GiftHookState(CodecHookState):
                 pos += m
         ef = self.gift_error_feedback
         for name, new in fresh.items():
-            old = self.whitening.get(name)
-            if ef is not None and name in ef:
+            is_left = left and name in self.output_side
+            store = self.out_whitening if is_left else self.whitening
+            old = store.get(name)
+            if ef is not None and name in ef:  # keep the residual's value in original coordinates
                 r = ef.pop(name)
-                if self.rebase_error_feedback and old is not None:
-                    ef.add(name, new.whiten(old.unwhiten(r)))
-                elif not self.rebase_error_feedback:
+                if not self.rebase_error_feedback:
                     ef.add(name, r)
-            self.whitening[name] = new
-        if fresh:
+                elif is_left:  # R <- B_new^{-1/2} B_old^{1/2} R
+                    ef.add(name, KroneckerWhitening(self.whitening[name], new).rebase_output(r, old))
+                elif old is not None:  # R <- R A_old^{1/2} A_new^{-1/2}
+                    ef.add(name, new.whiten(old.unwhiten(r)))
+            store[name] = new
+        if fresh and self._counted_refresh != self.step:
+            self._counted_refresh = self.step
             self.refreshes += 1
 
     def _select(self, rec: StepRecord) -> None:
@@ -984,7 +1065,7 @@ class GiftHookState(CodecHookState):
         for name in before - after:  # leaving GIFT: keep the residual mass on the Euclidean path if it has EF
             r = gift_ef.pop(name) if gift_ef is not None else None
             if r is not None and plain_ef is not None and name in self.whitening:
-                back = self.whitening[name].unwhiten(r)
+                back = self.transform(name).unwhiten(r)
                 if name in self._layer_bias:
                     plain_ef.add(self._layer_bias_name[name], back[:, -1].contiguous())
                     back = back[:, :-1]
@@ -992,7 +1073,7 @@ class GiftHookState(CodecHookState):
         for name in after - before:  # entering GIFT: start from the Euclidean residual, whitened
             if plain_ef is None or gift_ef is None or name not in self.whitening:
                 continue
-            w = self.whitening[name]
+            w = self.transform(name)
             rw = plain_ef.pop(self._layer_weight_name[name])
             if name in self._layer_bias:
                 rb = plain_ef.pop(self._layer_bias_name[name])
@@ -1008,10 +1089,10 @@ class GiftHookState(CodecHookState):
     # per-bucket and per-parameter encode -------------------------------------------------------------
 
     def _encode_joint(self, buf: Tensor, layout: list,
-                      rec: StepRecord) -> dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]]:
+                      rec: StepRecord) -> dict[int, tuple[Tensor, Transform | None, tuple[int, int] | None]]:
         """A Linear's weight and bias encoded together when both are in this bucket (see ``bias``)."""
         where = {id(p): (off, n, shape) for p, off, n, shape in layout}
-        joint: dict[int, tuple[Tensor, Whitening | None, tuple[int, int] | None]] = {}
+        joint: dict[int, tuple[Tensor, Transform | None, tuple[int, int] | None]] = {}
         for layer, b in self._layer_bias.items():
             w = self._layer_param[layer]
             if id(w) in where and id(b) in where:
@@ -1026,12 +1107,12 @@ class GiftHookState(CodecHookState):
         return joint
 
     def _encode_layer(self, layer: str, g: Tensor, gb: Tensor | None,
-                      rec: StepRecord) -> tuple[Tensor, Tensor | None, Whitening | None]:
+                      rec: StepRecord) -> tuple[Tensor, Tensor | None, Transform | None]:
         """Weight ``g`` ``(out, in)`` and bias ``gb`` ``(out,)`` (or None) of one candidate layer: (weight
         payload, bias payload or None, the whitening to undo after the average or None). GIFT whitens
         ``X = [g | gb]`` (or ``g``) and sends it as the weight's and the bias's payloads."""
         w_name, b_name = self._layer_weight_name[layer], self._layer_bias_name.get(layer)
-        wh = self.whitening.get(layer)
+        wh = self.transform(layer)
         use_gift = layer in self.selected and wh is not None
         collecting = self.selector.collecting(self.step)
         stats = collecting or self.measure_error
@@ -1104,7 +1185,7 @@ class GiftHookState(CodecHookState):
             })
         return pw, pb, (wh if use_gift else None)
 
-    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Whitening | None]:
+    def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Transform | None]:
         layer = self._weight_layer.get(id(p))
         if layer is None or g.dim() != 2 or layer in self._layer_bias:  # the last: bias in another bucket
             return super()._encode_param(name, p, g, rec)
@@ -1133,7 +1214,7 @@ class GiftHookState(CodecHookState):
                 "step": r.get("step"), "euclid_rel_error": eu, "gift_rel_error": gi,
                 "gain": (eu / gi) if (eu is not None and gi) else None,
                 "upper_hit": r.get("upper_hit"), "lower_hit": r.get("lower_hit"),
-                "condition_number": self.whitening[name].condition_number if name in self.whitening else None,
+                "condition_number": self.transform(name).condition_number if name in self.whitening else None,
             })
         return out
 
