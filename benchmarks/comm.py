@@ -7,17 +7,17 @@ Two parts, both on the character-level GPT of :mod:`lab.training` trained on the
 
 Codecs (``codecs``, ``codecs_detail``)
     One process trains the GPT with dense AdamS and, at every step, keeps the factors of every GIFT
-    candidate exactly as :class:`lab.training.comm.hooks.GiftHookState` does: the input covariance of
-    every ``nn.Linear`` (with a constant 1 appended: its bias is whitened with its weight, ``[G | b]``)
-    and the residual stream's gradient covariance for the two embeddings (every
-    training forward / backward collected, EMA per step, refresh every ``gift_refresh_every`` steps
-    between that step's forward and its backward, so the factors a step uses never contain later data
-    and the embeddings' lag one step, as in a DDP run with several buckets; with one bucket the hook's
-    embedding factors are one step fresher). At the capture steps it sends the full gradient
-    through every codec, per parameter tensor as the hooks do, and compares with the fp32 gradient:
-    ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model), ``rel_l2_selected_layers`` (the same
-    over the parameters of the layers GIFT's selection rule has selected at that step, a weight and the
-    bias GIFT whitens with it; Euclidean codecs are
+    candidate exactly as :class:`lab.training.comm.hooks.GiftHookState` does: the input covariance ``A``
+    of every ``nn.Linear`` (with a constant 1 appended: its bias is whitened with its weight, ``[G | b]``),
+    the covariance ``B`` of each Linear's output gradient (``gift_output_side``: the two-sided transform
+    ``B^{-1/2} [G | b] A^{-1/2}``) and the residual stream's gradient covariance for the two embeddings
+    (every training forward / backward collected, EMA per step, refresh every ``gift_refresh_every``
+    steps: input sides between that step's forward and its backward, output sides after its backward,
+    where the hook refreshes them bucket by bucket; a step never uses later data). At the capture steps
+    it sends the full gradient through every codec, per parameter tensor as the hooks do, and compares
+    with the fp32 gradient: ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model),
+    ``rel_l2_selected_layers`` (the same over the parameters of the layers GIFT's selection rule has
+    selected at that step, a weight and the bias GIFT whitens with it; Euclidean codecs are
     measured on the same layers), ``cosine``, ``bytes`` (exact payload of one step, per rank) and
     ``encode_decode_speed_ratio`` (time of encode+decode of the whole gradient, tensor by tensor,
     divided by the time of a plain ``g.to(torch.float8_e4m3fn).float()`` of the same tensors, or of
@@ -79,7 +79,7 @@ from torch import Tensor
 
 from benchmarks._common import write
 from lab.training.comm.codecs import get_codec
-from lab.training.comm.gift import CovarianceTracker, LayerSelector, Whitening, saturation_rates
+from lab.training.comm.gift import CovarianceTracker, KroneckerWhitening, LayerSelector, Whitening, saturation_rates
 from lab.training.data import BatchSampler, TextCorpus
 from lab.training.model import GPT, GPTConfig
 from lab.training.optim import AdamS
@@ -106,6 +106,7 @@ class Settings:
     gift_ema: float = 0.95  # used only by --part training (no profile run to choose it)
     ema_grid: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)  # the profile run chooses (ema, damping) together
     gift_refresh_every: int = 10
+    gift_output_side: bool = True  # the left-hand factor B of each Linear (GiftHookState(output_side=True))
     damping_grid: tuple[float, ...] = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
     gift_threshold: float = 1.5
     select_k: float = 0.25
@@ -184,15 +185,20 @@ class _Study:
         #: layer -> its bias's parameter name, for the Linear layers whose bias GIFT whitens with the weight
         self.bias_of = {n: f"{n}.bias" for n, m in self.linear.items() if m.bias is not None}
         self.tracker = CovarianceTracker({n: [m] for n, m in self.linear.items()}, lambda _n: True,
-                                         {n: (src, m.embedding_dim) for n, (m, src) in emb.items()},
                                          homogeneous=self.bias_of)
+        #: the output-gradient factors: the embeddings' (right-hand) and, with gift_output_side, each Linear's left-hand B
+        self.output_side = tuple(self.linear) if s.gift_output_side else ()
+        self.out_tracker = CovarianceTracker({}, lambda _n: True,
+                                             {**{n: (src, m.embedding_dim) for n, (m, src) in emb.items()},
+                                              **{n: (self.linear[n], self.linear[n].out_features) for n in self.output_side}})
         self.tokens = corpus.train_tokens
         self.sampler = BatchSampler(len(self.tokens), cfg.block_size, s.codec_batch, 1, seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = AdamS([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=s.codec_lr)
-        self.cov: dict[str, Tensor] = {}
-        self._last: dict[str, int] = {}
+        self.cov: dict[str, Tensor] = {}  # right-hand factors: a Linear's A, an embedding's S
+        self.out_cov: dict[str, Tensor] = {}  # left-hand factors B
+        self._last: dict[tuple[str, bool], int] = {}
         self.losses: dict[int, float] = {}
 
     def __iter__(self) -> Iterator[tuple[int, bool]]:
@@ -203,27 +209,37 @@ class _Study:
             x, y = self.sampler.batch(self.tokens, step, 0)
             _, loss = self.model(x, y)
             refreshed = (step - 1) % s.gift_refresh_every == 0
-            if refreshed:  # between forward and backward, where the hook refreshes (embedding factors lag a step)
-                self._refresh(step)
+            if refreshed:  # input side between forward and backward, where the hook's step starts
+                self._refresh(step, self.tracker, self.linear)
             loss.backward()
+            if refreshed:  # output side after the backward, as the hook does it bucket by bucket
+                self._refresh(step, self.out_tracker, tuple(self.out_tracker.dims))
             self.losses[step] = float(loss.detach())
             yield step, refreshed
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         self.tracker.close()
+        self.out_tracker.close()
 
-    def _refresh(self, step: int) -> None:
-        sums = self.tracker.unpack(self.tracker.take(self.layers), self.layers)
+    def _refresh(self, step: int, tracker: CovarianceTracker, names) -> None:
+        names = list(names)
+        sums = tracker.unpack(tracker.take(names), names)
         for n, (total, count) in sums.items():
             if count <= 0:
                 continue
+            left = tracker is self.out_tracker and n in self.output_side
+            covs = self.out_cov if left else self.cov
             a = total.to(torch.float64) / count
-            b = self.s.gift_ema ** (step - self._last.get(n, step))
-            self.cov[n] = a if n not in self.cov else b * self.cov[n] + (1 - b) * a
-            self._last[n] = step
+            b = self.s.gift_ema ** (step - self._last.get((n, left), step))
+            covs[n] = a if n not in covs else b * covs[n] + (1 - b) * a
+            self._last[(n, left)] = step
 
-    def whitening(self, layer: str, damping: float) -> Whitening:
-        return Whitening.from_covariance(self.cov[layer], self.s.gift_rank, damping)
+    def whitening(self, layer: str, damping: float) -> Whitening | KroneckerWhitening:
+        """The hook's transform of ``layer``: both factors when it has a left-hand one (same rank and damping)."""
+        right = Whitening.from_covariance(self.cov[layer], self.s.gift_rank, damping)
+        if layer not in self.out_cov:
+            return right
+        return KroneckerWhitening(right, Whitening.from_covariance(self.out_cov[layer], self.s.gift_rank, damping))
 
     def grads(self) -> dict[str, Tensor]:
         return {n: p.grad.detach().to(torch.float32).clone() for n, p in self.model.named_parameters()}
@@ -310,7 +326,7 @@ def _profile_one(corpus: TextCorpus, s: Settings) -> dict:
         for n in study.layers:
             x, g, bias = study.matrix(n, grads), grads[study.weight_of[n]], n in study.bias_of
             ref = _sq(x)
-            if ref == 0 or (n, s.damping_grid[0]) not in wh:  # an embedding factor exists from the second refresh
+            if ref == 0 or (n, s.damping_grid[0]) not in wh:
                 continue
             pe = codec.encode(g)
             upper, lower = saturation_rates(codec, pe, g)
@@ -356,7 +372,7 @@ class _Window:
         return _ratio(num, den)
 
 
-def _time_codecs(study: _Study, grads: dict[str, Tensor], whitening: dict[str, Whitening], selected: set[str],
+def _time_codecs(study: _Study, grads: dict[str, Tensor], whitening: dict[str, Whitening | KroneckerWhitening], selected: set[str],
                  repeats: int) -> dict:
     """Best-of-``repeats`` seconds for encode+decode of every gradient tensor, per codec and baseline
     (GIFT: the selected layers' ``[G | b]`` whitened, encoded as two tensors, mapped back)."""
@@ -414,7 +430,7 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
                                  every=s.reselect_every) for rule in _RULES}
     ef_plain: dict[str, Tensor] = {}
     ef_gift: dict[str, Tensor] = {}
-    whitening: dict[str, Whitening] = {}
+    whitening: dict[str, Whitening | KroneckerWhitening] = {}
     windows: dict[int, _Window] = {}
     captures = sorted(set(s.capture_steps))
     by_step: dict[int, dict] = {}
@@ -501,8 +517,11 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
                  "ema_chosen_on": "profiling runs (separate seed)",
                  "ema": s.gift_ema, "ema_per": "step", "refresh_every": s.gift_refresh_every, "residual": "scalar",
                  "error_feedback": "whitened coordinates (selected layers); none on the Euclidean path, like the paper",
-                 "factors": ("Linear layers: input covariance of all training forwards up to and including the refresh step; "
-                             "embeddings: covariance of the residual stream's gradient over the backwards before it (what the hook all-reduces)")},
+                 "output_side": s.gift_output_side,
+                 "factors": ("Linear layers: input covariance A of all training forwards up to and including the refresh step"
+                             + ("; and output-gradient covariance B of all backwards up to and including it (B^-1/2 [G | b] A^-1/2)"
+                                if s.gift_output_side else "")
+                             + "; embeddings: covariance of the residual stream's gradient, backwards up to and including the refresh step")},
         "selection_rule": {"name": MAIN_RULE, "select_by": "gain", "threshold": s.gift_threshold,
                            "initial": "chosen on the profiling run's window", "reselect_every": s.reselect_every,
                            "caveat": ("a gain rule selects layers by GIFT's measured past gain, so gains on its selection are "
@@ -608,9 +627,11 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
     steps = sorted(by_step)
     mean = lambda xs: statistics.fmean(xs) if xs else None  # noqa: E731
     layers = study.layers
-    dims = {n: study.tracker.dims[n] for n in layers}
-    cov_bytes = 4 * (sum(d * (d + 1) // 2 for d in dims.values()) + len(dims))
-    factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims.values())
+    # every factor all-reduced and broadcast at a refresh: the Linear layers' input side, the embeddings'
+    # and (gift_output_side) the Linear layers' output side
+    dims = [study.tracker.dims[n] for n in layers if n in study.tracker.dims] + list(study.out_tracker.dims.values())
+    cov_bytes = 4 * (sum(d * (d + 1) // 2 for d in dims) + len(dims))
+    factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims)
     select_bytes = 8 * 6 * len(layers)
     side = (cov_bytes + factor_bytes) / s.gift_refresh_every + select_bytes / s.reselect_every
     table = {}

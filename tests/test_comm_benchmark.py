@@ -81,11 +81,9 @@ def test_per_layer_picture_and_selection(result):
     steps = detail["capture_steps"]
     layers = {r["layer"] for r in rows}
     assert {"head", "tok_emb", "pos_emb"} <= layers and len(rows) == len(layers) * len(steps)
-    for r in rows:
-        if r["layer"] in ("tok_emb", "pos_emb") and r["step"] == 1:  # built in the backward: no factor at step 1
-            assert r["gift_fp8"] is None and r["fp8_e4m3"] > 0
-            continue
-        assert r["fp8_e4m3"] > 0 and r["gift_fp8"] > 0  # Linear factors exist from step 1 on (step 1's own forward)
+    assert detail["gift"]["output_side"] is True
+    for r in rows:  # factors exist from step 1 on: inputs from its forward, output gradients from its backward
+        assert r["fp8_e4m3"] > 0 and r["gift_fp8"] > 0
         assert r["gift_gain_fp8"] == pytest.approx(r["fp8_e4m3"] / r["gift_fp8"])
     assert detail["selection_rule"]["name"] == comm.MAIN_RULE
     assert set(detail["profile"]["initial_selection"]) == set(comm._RULES)

@@ -730,6 +730,7 @@ def _worker(rank: int, world: int, init: str, outdir: str) -> None:
                 "selections": [(h["step"], h["selected"]) for h in state.selector.history] if hasattr(state, "selector") else None,
                 "layers": getattr(state, "layers", None),
                 "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
+                "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
                 "layer_history": list(getattr(state, "layer_history", [])),
             }
         torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
@@ -773,13 +774,16 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
 
     # GIFT: side collectives counted exactly; the same selections on both ranks
     dims = {"0": 17, "2": 33, "4": 33}  # in_features + 1: each bias is whitened with its weight
-    tri = sum(d * (d + 1) // 2 + 1 for d in dims.values())  # upper triangles + row counts, float32
-    factors = sum(d * 4 + 4 + 1 for d in dims.values())  # rank 4 basis + eigenvalues + c, float32
+    out_dims = {"0": 32, "2": 32, "4": 4}  # out_features: the output side's B (refreshed bucket by bucket)
+    every = list(dims.values()) + list(out_dims.values())
+    tri = sum(d * (d + 1) // 2 + 1 for d in every)  # upper triangles + row counts, float32
+    factors = sum(d * min(4, d) + min(4, d) + 1 for d in every)  # rank 4 basis + eigenvalues + c, float32
     stats = 3 * len(LayerSelector.FIELDS)  # float64
     for run in ("gift_fp8", "gift_fp8_views"):
         assert r0[run]["selections"] == r1[run]["selections"]
         assert [s for s, _ in r0[run]["selections"]] == [2, 4]
         assert r0[run]["whitening"] == {k: (d, 4) for k, d in dims.items()}
+        assert r0[run]["out_whitening"] == {k: (d, 4) for k, d in out_dims.items()}
         extra = [r["extra_bytes"] for r in r0[run]["records"]]
         assert extra == [4 * (tri + factors), 0, 4 * (tri + factors) + 8 * stats, 0, 4 * (tri + factors) + 8 * stats, 0]
     assert r0["gift_nvfp4"]["selections"] == []  # fixed set, never re-selected
