@@ -294,6 +294,10 @@ def test_registry_errors():
     for kw in ({"rank": 0}, {"ema": 1.0}, {"refresh_every": 0}, {"select_k": 0}, {"select_by": "random"}, {"select_warmup": 0}):
         with pytest.raises(GiftError):
             get_hook("gift_fp8", model=nn.Linear(2, 2), **kw)
+    with pytest.raises(GiftError, match="statistics must be 'all_reduce' or 'rank0', got 'mean'"):
+        get_hook("gift_fp8", model=nn.Linear(2, 2), statistics="mean")
+    with pytest.raises(GiftError, match="needs broadcast_factors=True"):
+        get_hook("gift_fp8", model=nn.Linear(2, 2), statistics="rank0", broadcast_factors=False)
 
 
 # -- selection ---------------------------------------------------------------------------------------
@@ -691,6 +695,7 @@ _RUNS = {  # name -> (hook, kwargs, DDP kwargs)
     "gift_fp8_views": ("gift_fp8", dict(_GIFT, fmt="e5m2", select_by="gain", euclidean_error_feedback=True),
                        {"gradient_as_bucket_view": True}),
     "gift_nvfp4": ("gift_nvfp4", dict(_GIFT, layers=["0", "4"], reselect_every=None), {}),
+    "gift_fp8_rank0": ("gift_fp8", dict(_GIFT, statistics="rank0"), {}),
 }
 
 
@@ -755,12 +760,12 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
             assert torch.equal(a, b), run  # replicas bit-identical
     for a, b in zip(r0["fp32"]["params"], r0["default"]["params"]):
         assert torch.equal(a, b)  # our fp32 hook == DDP's own allreduce, bit for bit
-    for run in ("fp8", "fp8_e5m2_b16", "fp8_ef", "nvfp4", "gift_fp8", "gift_fp8_views", "gift_nvfp4"):
+    for run in ("fp8", "fp8_e5m2_b16", "fp8_ef", "nvfp4", "gift_fp8", "gift_fp8_views", "gift_nvfp4", "gift_fp8_rank0"):
         drift = max(float((a - b).abs().max()) for a, b in zip(r0[run]["params"], r0["default"]["params"]))
         assert 0 < drift < 0.05, (run, drift)  # low precision changed something, and not much
 
     codecs = {"fp32": "fp32", "fp8": "fp8_e4m3", "fp8_e5m2_b16": "fp8_e5m2_b16", "fp8_ef": "fp8_e4m3", "nvfp4": "nvfp4",
-              "gift_fp8": "fp8_e4m3", "gift_fp8_views": "fp8_e5m2", "gift_nvfp4": "nvfp4"}
+              "gift_fp8": "fp8_e4m3", "gift_fp8_views": "fp8_e5m2", "gift_nvfp4": "nvfp4", "gift_fp8_rank0": "fp8_e4m3"}
     for run, codec_name in codecs.items():
         codec = get_codec(codec_name)
         expected = sum(codec.nbytes(p.numel()) for p in params)
@@ -786,6 +791,13 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
         assert r0[run]["out_whitening"] == {k: (d, 4) for k, d in out_dims.items()}
         extra = [r["extra_bytes"] for r in r0[run]["records"]]
         assert extra == [4 * (tri + factors), 0, 4 * (tri + factors) + 8 * stats, 0, 4 * (tri + factors) + 8 * stats, 0]
+    # statistics="rank0": no covariance all-reduce, a header of one float per factor, then rank 0's factors
+    assert r0["gift_fp8_rank0"]["selections"] == r1["gift_fp8_rank0"]["selections"]
+    assert r1["gift_fp8_rank0"]["whitening"] == r0["gift_fp8"]["whitening"]
+    assert r1["gift_fp8_rank0"]["out_whitening"] == r0["gift_fp8"]["out_whitening"]
+    for recs in (r0["gift_fp8_rank0"]["records"], r1["gift_fp8_rank0"]["records"]):
+        head = 4 * (len(every) + factors)
+        assert [r["extra_bytes"] for r in recs] == [head, 0, head + 8 * stats, 0, head + 8 * stats, 0]
     assert r0["gift_nvfp4"]["selections"] == []  # fixed set, never re-selected
     assert [r["extra_bytes"] for r in r0["gift_nvfp4"]["records"]][::2] == [4 * (tri + factors)] * 3
     # the per-layer picture: every candidate measured every step, GIFT path on the selected ones

@@ -730,6 +730,12 @@ class GiftHookState(CodecHookState):
     broadcast_factors : bool
         Broadcast rank 0's factors after each refresh (extra bytes: ``4 (d k + k + 1)`` per layer, ``d``
         the factor's size: ``in + 1`` for a layer whitened with its bias).
+    statistics : {"all_reduce", "rank0"}
+        Where a refresh's covariances come from: the sums of every rank, all-reduced (default, the
+        artifact; ``4 (d (d + 1) / 2 + 1)`` bytes per factor and refresh), or rank 0's own sums (an
+        extension: no all-reduce, rank 0 builds the factors and broadcasts them after a header of
+        ``4`` bytes per factor with their ranks; the other ranks' sums are dropped). A covariance
+        estimated on one rank's share of the batch is noisier; the side bytes drop to the broadcast.
     nonfinite, process_group, measure_error, history
         See :class:`CodecHookState`.
 
@@ -761,7 +767,8 @@ class GiftHookState(CodecHookState):
                  select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
                  bias: bool = True, output_side: bool = True,
                  collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
-                 rebase_error_feedback: bool = True, broadcast_factors: bool = True, nonfinite: str = "raise",
+                 rebase_error_feedback: bool = True, broadcast_factors: bool = True, statistics: str = "all_reduce",
+                 nonfinite: str = "raise",
                  process_group=None, measure_error: bool = False, history: int | None = None):
         if not isinstance(model, nn.Module):
             raise GiftError(f"GIFT needs the model (an nn.Module) to find its nn.Linear layers, got {type(model).__name__}")
@@ -785,12 +792,17 @@ class GiftHookState(CodecHookState):
             raise GiftError(f"collect must be 'refresh' or 'every', got {collect!r}")
         if select_by not in SELECT_BY:
             raise GiftError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
+        if statistics not in ("all_reduce", "rank0"):
+            raise GiftError(f"statistics must be 'all_reduce' or 'rank0', got {statistics!r}")
+        if statistics == "rank0" and not broadcast_factors:
+            raise GiftError("statistics='rank0' builds the factors on rank 0 only: it needs broadcast_factors=True")
         if select_by == "gain" and track != "all":
             raise GiftError("select_by='gain' measures GIFT on every candidate: it needs track='all'")
         self.rank_r, self.damping, self.ema, self.refresh_every = rank, float(damping), float(ema), refresh_every
         self.residual, self.track, self.collect, self.ema_per = residual, track, collect, ema_per
         self._last_refresh: dict[str, int] = {}
         self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
+        self.statistics = statistics
         self.gift_error_feedback = ErrorFeedback() if error_feedback else None
 
         # candidates: named nn.Linear layers (a weight shared by several modules is one layer), then
@@ -1005,7 +1017,11 @@ class GiftHookState(CodecHookState):
             return
         w = self.world_size
         vec = tracker.take(names, device=self.device)
-        if w > 1:
+        local = w > 1 and self.statistics == "rank0"
+        if local and self.rank != 0:
+            self._receive_factors(tracker, names, rec)
+            return
+        if w > 1 and not local:
             dist.all_reduce(vec, group=self.process_group)
             rec.extra_bytes += 4 * vec.numel()
         sums = tracker.unpack(vec, names)
@@ -1023,17 +1039,50 @@ class GiftHookState(CodecHookState):
             covs[name] = a_new if old is None else b * old + (1.0 - b) * a_new
             last[name] = self.step
             fresh[name] = Whitening.from_covariance(covs[name], self.rank_r, self.damping, self.residual)
+        if local:  # tell the other ranks which factors follow, and their ranks
+            header = torch.tensor([float(fresh[n].rank) if n in fresh else -1.0 for n in names], device=self.device)
+            dist.broadcast(header, src=self._root(), group=self.process_group)
+            rec.extra_bytes += 4 * header.numel()
         if w > 1 and self.broadcast_factors and fresh:
             order = [n for n in names if n in fresh]
             flat = torch.cat([fresh[n].to_flat() for n in order])
-            dist.broadcast(flat, src=dist.get_global_rank(self.process_group or dist.group.WORLD, 0),
-                           group=self.process_group)
+            dist.broadcast(flat, src=self._root(), group=self.process_group)
             rec.extra_bytes += 4 * flat.numel()
             pos = 0
             for n in order:
                 m = fresh[n].flat_numel
                 fresh[n] = Whitening.from_flat(flat[pos : pos + m], fresh[n].dim, fresh[n].rank)
                 pos += m
+        self._install_factors(tracker, fresh)
+
+    def _root(self) -> int:
+        return dist.get_global_rank(self.process_group or dist.group.WORLD, 0)
+
+    def _receive_factors(self, tracker: CovarianceTracker, names: list[str], rec: StepRecord) -> None:
+        """``statistics="rank0"`` on another rank: rank 0's header (ranks, -1: no factor), then its factors."""
+        header = torch.empty(len(names), device=self.device)
+        dist.broadcast(header, src=self._root(), group=self.process_group)
+        rec.extra_bytes += 4 * header.numel()
+        ks = {n: int(k) for n, k in zip(names, header.tolist()) if k >= 0}
+        if not ks:
+            return
+        dims = {n: tracker.dims[n] for n in ks}
+        flat = torch.empty(sum(dims[n] * k + k + 1 for n, k in ks.items()), device=self.device)
+        dist.broadcast(flat, src=self._root(), group=self.process_group)
+        rec.extra_bytes += 4 * flat.numel()
+        fresh, pos = {}, 0
+        left = tracker is self.out_tracker
+        for n, k in ks.items():
+            m = dims[n] * k + k + 1
+            fresh[n] = Whitening.from_flat(flat[pos : pos + m], dims[n], k)
+            pos += m
+            last = self._out_last_refresh if left and n in self.output_side else self._last_refresh
+            last[n] = self.step
+        self._install_factors(tracker, fresh)
+
+    def _install_factors(self, tracker: CovarianceTracker, fresh: dict[str, Whitening]) -> None:
+        """Make ``fresh`` the current factors, rebasing the whitened error-feedback residuals."""
+        left = tracker is self.out_tracker
         ef = self.gift_error_feedback
         for name, new in fresh.items():
             is_left = left and name in self.output_side
