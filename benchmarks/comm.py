@@ -139,7 +139,7 @@ class Settings:
         "explore": ({"explore": 0.2, "mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
         "random": ({"explore": 1.0, "mask_sync": "local"}, (8e-3, 1.6e-2, 3.2e-2)),
     })
-    methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "adams", "scape90", "scape99")
+    methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "gift_fp8_rank0", "adams", "scape90", "scape99")
     parallel_launch: bool = False  # quick mode only: start the runs together (timings then meaningless)
     quick: bool = False
 
@@ -634,6 +634,7 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
     factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims)
     select_bytes = 8 * 6 * len(layers)
     side = (cov_bytes + factor_bytes) / s.gift_refresh_every + select_bytes / s.reselect_every
+    side_rank0 = (4 * len(dims) + factor_bytes) / s.gift_refresh_every + select_bytes / s.reselect_every
     table = {}
     for c in (*EUCLIDEAN_CODECS, "fp8_ef", *GIFT_CODECS):
         src = "fp8_e4m3" if c == "fp8_ef" else c
@@ -667,8 +668,11 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
             entry["gain_selected_by_step"] = {str(k): _safe_div(by_step[k]["codecs"][ref]["rel_l2_selected_layers"],
                                                                 by_step[k]["codecs"][c]["rel_l2_selected_layers"]) for k in steps}
             entry["side_bytes_per_step"] = side
-            entry["side_bytes_note"] = ("covariance all-reduce (upper triangles of every candidate's A, track='all') and factor "
-                                        "broadcast every refresh, selection statistics every re-selection, amortized per step")
+            entry["side_bytes_per_step_rank0_statistics"] = side_rank0
+            entry["side_bytes_note"] = ("covariance all-reduce (upper triangles of every candidate's factors, track='all') and "
+                                        "factor broadcast every refresh, selection statistics every re-selection, amortized "
+                                        "per step; with statistics='rank0' a header of one float per factor replaces the "
+                                        "all-reduce")
             entry["selection_rule"] = MAIN_RULE
         if timing is not None:
             key = "fp8_e4m3" if c == "fp8_ef" else c
@@ -874,7 +878,8 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         tuning["adams"] = {"grid": _grid(by_lr), "best_lr": dense_lr}
         training["adams"] = dict(by_lr[dense_lr])
         codec_specs = {"fp8": dense("fp8")(dense_lr), "fp8_ef": dense("fp8_ef")(dense_lr),
-                       "gift_fp8": dense("gift_fp8", **_gift_kwargs(s, gift_damping))(dense_lr)}
+                       "gift_fp8": dense("gift_fp8", **_gift_kwargs(s, gift_damping))(dense_lr),
+                       "gift_fp8_rank0": dense("gift_fp8", **_gift_kwargs(s, gift_damping), statistics="rank0")(dense_lr)}
         res = runner.run_many({k: v for k, v in codec_specs.items() if k in methods})
         training.update({k: dict(v) for k, v in res.items()})
         for name, sparsity, variants in (("scape90", 0.9, s.scape90_variants), ("scape99", 0.99, s.scape99_variants)):
@@ -915,6 +920,7 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
             "bytes are payload bytes per rank per step as each method accounts them (hook StepRecord.bytes_sent: gradient "
             "payload plus GIFT's side collectives; SCAPE: value all-reduce plus mask all-gather), averaged over all steps",
             "gift_fp8 runs with measure_error=True (its step_s includes that measurement)",
+            "gift_fp8_rank0 is gift_fp8 with statistics='rank0': rank 0's covariances, no covariance all-reduce",
         ],
     }
     goals = _training_goals(training)
@@ -923,6 +929,7 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
 
 def _gift_kwargs(s: Settings, damping: float) -> dict:
     return {"damping": damping, "rank": s.gift_rank, "refresh_every": s.gift_refresh_every, "ema": s.gift_ema,
+            "output_side": s.gift_output_side,
             "select_by": "gain", "select_threshold": s.gift_threshold, "select_warmup": min(20, max(1, s.train_steps // 4)),
             "reselect_every": s.reselect_every if not s.quick else max(1, s.train_steps // 2), "measure_error": True}
 

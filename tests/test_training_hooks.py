@@ -495,6 +495,28 @@ def test_embedding_factor_is_collected_in_the_backward():
     tr.close()
 
 
+def test_every_output_side_factor_is_complete_before_its_weight_gradient_is():
+    """DDP hands a bucket to the hook once its gradients are accumulated: by then the backward hooks
+    must have collected the output-gradient rows of every layer in it (the GPT's embeddings read the
+    stream's gradient, which precedes both embedding backwards; tok_emb's own output gradient can come
+    after pos_emb's backward)."""
+    from lab.training.model import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=40, n_layer=2, d_model=8, n_head=2, block_size=8))
+    state, _ = get_hook("gift_fp8", model=model, output_side_max=32)
+    assert len(state.output_side) == 8 and "head" not in state.output_side  # the head's 40 outputs > 32
+    assert set(state.out_tracker.dims) == {*state.output_side, "tok_emb", "pos_emb"}
+    seen = {}
+    for name in state.out_tracker.dims:
+        weight = state._layer_param[name] if name in state._layer_param else getattr(model, name).weight
+        weight.register_post_accumulate_grad_hook(
+            lambda p, name=name: (seen.setdefault(name, state.out_tracker.count(name)), None)[1])
+    idx = torch.randint(0, 40, (3, 8), generator=torch.Generator().manual_seed(0))
+    model(idx, idx)[1].backward()
+    assert seen == dict.fromkeys(state.out_tracker.dims, 24)  # 3 x 8 rows each, all in before the weight's gradient
+    state.close()
+
+
 def test_gift_hook_whitens_embeddings_with_the_stream_gradient_factor():
     model = TinyLM()
     state, hook = get_hook("gift_fp8", model=model, layers=["tok_emb", "pos_emb"], refresh_every=2, ema=0.0,

@@ -149,6 +149,7 @@ class GPT(nn.Module):
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.pos_emb = nn.Embedding(config.block_size, config.d_model)
+        self.stream = nn.Identity()  # names the residual stream's first value (GIFT's embedding factor hooks its gradient)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
@@ -176,12 +177,14 @@ class GPT(nn.Module):
     def embedding_layers(self) -> dict[str, tuple[nn.Embedding, nn.Module]]:
         """The embeddings and the module whose output gradient is their GIFT factor's source.
 
-        Both embeddings are summed into the residual stream, ``x = tok_emb(idx) + pos_emb(0..T-1)``, so
-        the gradient of ``tok_emb``'s output, shape ``(B, T, d)``, is the stream's gradient ``dL/dx``
-        and both weight gradients are built from it (``pos_emb``'s output gradient is its batch sum).
-        Returns ``{"tok_emb": (tok_emb, tok_emb), "pos_emb": (pos_emb, tok_emb)}``.
+        Both embeddings are summed into the residual stream, ``x = tok_emb(idx) + pos_emb(0..T-1)``, and
+        both weight gradients are built from the stream's gradient ``dL/dx``, shape ``(B, T, d)``
+        (``pos_emb``'s own output gradient is its batch sum). The source is ``stream`` (an identity on
+        ``x``): its output gradient arrives before either embedding's backward runs, so a DDP bucket
+        holding either weight already has it (``tok_emb``'s output gradient can arrive after
+        ``pos_emb``'s backward). Returns ``{"tok_emb": (tok_emb, stream), "pos_emb": (pos_emb, stream)}``.
         """
-        return {"tok_emb": (self.tok_emb, self.tok_emb), "pos_emb": (self.pos_emb, self.tok_emb)}
+        return {"tok_emb": (self.tok_emb, self.stream), "pos_emb": (self.pos_emb, self.stream)}
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits and, given targets, the mean cross-entropy.
@@ -209,7 +212,7 @@ class GPT(nn.Module):
         if T > self.config.block_size:
             raise ModelConfigError(f"sequence length {T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        x = self.drop(self.stream(self.tok_emb(idx) + self.pos_emb(pos)))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))

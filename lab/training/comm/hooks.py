@@ -51,8 +51,8 @@ parameter.
 
 Ordering and determinism
 ------------------------
-All collectives (including GIFT's side collectives, issued at the start of a step) are issued from the
-hook body, which DDP calls in bucket order on every rank; the future callbacks only decode, so the
+All collectives (including GIFT's side collectives, issued at the start of a step and, for factors of
+output gradients, before a bucket is encoded) are issued from the hook body, which DDP calls in bucket order on every rank; the future callbacks only decode, so the
 collective order cannot diverge across gloo's threads (the cause of PowerSGD's deadlock). Replicas stay
 bit-identical provided every rank runs the same kernels (same torch build, device type and thread
 count), the assumption under which the post-collective map back ``A^{1/2}`` gives the same bits.
@@ -718,9 +718,13 @@ class GiftHookState(CodecHookState):
         dropped after its Table I found no gain at 600M. On the benchmark's char-GPT it lowers the
         per-layer error a further 1.2-3x (see :mod:`lab.training.comm.gift`). Costs ``out (out + 1) / 2 + 1``
         floats per layer and refresh in the all-reduce and ``out k + k + 1`` in the factor broadcast.
+    output_side_max : int
+        Linear layers with more outputs than this keep the input side only (a vocabulary-sized LM head
+        would need a ``(vocab, vocab)`` covariance and its eigendecomposition at every refresh).
     collect : {"every", "refresh"}
-        Which forwards feed ``A`` (see step 1). ``"every"`` costs an ``(in, in)`` GEMM per layer and forward
-        but no extra bytes.
+        Which forwards (and their backwards) feed the factors (see step 1). ``"every"`` costs an
+        ``(in, in)`` GEMM per layer and forward (and, with ``output_side``, an ``(out, out)`` one per
+        backward) but no extra bytes.
     error_feedback : bool
         Error feedback in whitened coordinates for GIFT layers (paper: yes).
     euclidean_error_feedback : bool
@@ -765,7 +769,7 @@ class GiftHookState(CodecHookState):
                  layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
                  select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
                  select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
-                 bias: bool = True, output_side: bool = True,
+                 bias: bool = True, output_side: bool = True, output_side_max: int = 2048,
                  collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
                  rebase_error_feedback: bool = True, broadcast_factors: bool = True, statistics: str = "all_reduce",
                  nonfinite: str = "raise",
@@ -847,7 +851,11 @@ class GiftHookState(CodecHookState):
         # hooks, refreshed per bucket): the embeddings' only factor, and a Linear's left-hand factor
         self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting,
                                          homogeneous=self._layer_bias)
-        self.output_side = tuple(name for name, mods in by_weight.values() if output_side and len(mods) == 1)
+        if isinstance(output_side_max, bool) or not isinstance(output_side_max, int) or output_side_max < 1:
+            raise GiftError(f"output_side_max must be an int >= 1, got {output_side_max!r}")
+        self.output_side = tuple(name for name, mods in by_weight.values()
+                                 if output_side and len(mods) == 1 and mods[0].weight.requires_grad
+                                 and mods[0].out_features <= output_side_max)
         self.out_tracker = CovarianceTracker(
             {}, self._collecting,
             {**{n: (source, m.embedding_dim) for n, (m, source) in emb.items()},
@@ -874,7 +882,7 @@ class GiftHookState(CodecHookState):
         self.tracker.close()
         self.out_tracker.close()
 
-    def transform(self, layer: str) -> Whitening | KroneckerTransform | None:
+    def transform(self, layer: str) -> Transform | None:
         """The transform GIFT applies to ``layer``'s gradient now: both factors when the output side has
         one, the input (right-hand) factor alone before that, None before any refresh."""
         wh = self.whitening.get(layer)
@@ -902,8 +910,15 @@ class GiftHookState(CodecHookState):
         })
         return d
 
+    _STATE_KEYS = ("step", "cov", "whitening", "last_refresh", "refreshes", "gift_error_feedback", "selected",
+                   "selector_window", "selector_history", "tracker", "out_cov", "out_whitening", "out_last_refresh",
+                   "out_tracker")
+
     def _check_state(self, state: Mapping) -> None:
         """Refuse a state whose layers or factor sizes differ from this hook's (before anything is loaded)."""
+        missing = [k for k in self._STATE_KEYS if k not in state]
+        if missing:
+            raise HookError(f"GIFT hook state_dict lacks {missing}")
         unknown = [n for n in list(state["cov"]) + list(state["selected"]) if n not in self.layers]
         if unknown:
             raise GiftError(f"hook state_dict names layers {unknown} this model does not have")
@@ -1027,20 +1042,27 @@ class GiftHookState(CodecHookState):
         sums = tracker.unpack(vec, names)
         left = tracker is self.out_tracker
         fresh: dict[str, Whitening] = {}
-        for name in names:
-            s, n = sums[name]
-            if n <= 0:
-                continue
-            is_left = left and name in self.output_side
-            covs, last = (self._out_cov, self._out_last_refresh) if is_left else (self._cov, self._last_refresh)
-            a_new = s.to(torch.float64) / n
-            old = covs.get(name)
-            b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - last.get(name, self.step))
-            covs[name] = a_new if old is None else b * old + (1.0 - b) * a_new
-            last[name] = self.step
-            fresh[name] = Whitening.from_covariance(covs[name], self.rank_r, self.damping, self.residual)
+        try:
+            for name in names:
+                s, n = sums[name]
+                if n <= 0:
+                    continue
+                is_left = left and name in self.output_side
+                covs, last = (self._out_cov, self._out_last_refresh) if is_left else (self._cov, self._last_refresh)
+                a_new = s.to(torch.float64) / n
+                old = covs.get(name)
+                b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - last.get(name, self.step))
+                covs[name] = a_new if old is None else b * old + (1.0 - b) * a_new
+                last[name] = self.step
+                fresh[name] = Whitening.from_covariance(covs[name], self.rank_r, self.damping, self.residual)
+        except Exception:
+            if local:  # the other ranks wait for rank 0's header: tell them it failed, then raise here
+                failed = torch.full((len(names),), -2.0, dtype=torch.float32, device=self.device)
+                dist.broadcast(failed, src=self._root(), group=self.process_group)
+            raise
         if local:  # tell the other ranks which factors follow, and their ranks
-            header = torch.tensor([float(fresh[n].rank) if n in fresh else -1.0 for n in names], device=self.device)
+            header = torch.tensor([float(fresh[n].rank) if n in fresh else -1.0 for n in names],
+                                  dtype=torch.float32, device=self.device)
             dist.broadcast(header, src=self._root(), group=self.process_group)
             rec.extra_bytes += 4 * header.numel()
         if w > 1 and self.broadcast_factors and fresh:
@@ -1060,14 +1082,16 @@ class GiftHookState(CodecHookState):
 
     def _receive_factors(self, tracker: CovarianceTracker, names: list[str], rec: StepRecord) -> None:
         """``statistics="rank0"`` on another rank: rank 0's header (ranks, -1: no factor), then its factors."""
-        header = torch.empty(len(names), device=self.device)
+        header = torch.empty(len(names), dtype=torch.float32, device=self.device)
         dist.broadcast(header, src=self._root(), group=self.process_group)
         rec.extra_bytes += 4 * header.numel()
+        if bool((header == -2).any()):
+            raise GiftError(f"step {self.step}: rank 0 failed to build the GIFT factors of {names} (its error has the cause)")
         ks = {n: int(k) for n, k in zip(names, header.tolist()) if k >= 0}
         if not ks:
             return
         dims = {n: tracker.dims[n] for n in ks}
-        flat = torch.empty(sum(dims[n] * k + k + 1 for n, k in ks.items()), device=self.device)
+        flat = torch.empty(sum(dims[n] * k + k + 1 for n, k in ks.items()), dtype=torch.float32, device=self.device)
         dist.broadcast(flat, src=self._root(), group=self.process_group)
         rec.extra_bytes += 4 * flat.numel()
         fresh, pos = {}, 0
