@@ -7,8 +7,9 @@ codecs
     per tensor or per block, NVFP4), with exact sizes; formats, byte layouts and the non-finite policy.
 gift
     :mod:`lab.training.comm.gift`: GIFT (arXiv 2607.07494): :class:`Whitening` (low-rank + scalar-residual
-    powers ``A^{-1/2}`` / ``A^{1/2}`` of the damped input covariance), :class:`CovarianceTracker`,
-    :class:`LayerSelector` (the paper's saturation score, or error / gain).
+    powers ``A^{-1/2}`` / ``A^{1/2}`` of a damped covariance), :class:`KroneckerWhitening` (both factors,
+    ``B^{-1/2} G A^{-1/2}``), :class:`CovarianceTracker`, :class:`LayerSelector` (the paper's saturation
+    score, or error / gain).
 hooks
     :mod:`lab.training.comm.hooks`: DDP hooks ``(state, bucket) -> Future`` and :func:`get_hook` for
     ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``, with per-rank

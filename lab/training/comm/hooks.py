@@ -25,9 +25,10 @@ Hooks (:data:`HOOKS`, :func:`get_hook`)
     (Seide et al. 2014; Karimireddy et al. 2019): ``x = g + r; send Q(x); r <- x - Q(x)``, per
     parameter, local to the rank. ``"nvfp4"`` takes ``error_feedback=True`` too.
 ``"gift_fp8"``, ``"gift_nvfp4"``
-    GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, input-side form Eq. 18-20, Algorithm 1):
-    the selected ``nn.Linear`` weights are sent as ``Q(G A^{-1/2} + R)`` with error feedback ``R`` in
-    the whitened coordinates and mapped back after the average with ``A^{1/2}``; selected embeddings
+    GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, Algorithm 1): the selected ``nn.Linear``
+    weights are sent as ``Q(B^{-1/2} G A^{-1/2} + R)`` (the two-sided form, Eq. 14-17, ``output_side=True``;
+    the paper's input-side form Eq. 18-20, ``Q(G A^{-1/2} + R)``, with ``output_side=False``) with error
+    feedback ``R`` in the whitened coordinates and mapped back after the average; selected embeddings
     the same way with the covariance of their output gradient (an extension, ``embeddings=True``); a
     selected layer's bias is whitened with its weight as ``[G | b]`` (an extension, ``bias=True``);
     other parameters (LayerNorm) take the Euclidean path (no error feedback unless
@@ -40,7 +41,8 @@ A step is one synchronised backward: the hook calls from ``bucket.index() == 0``
 ``4 * numel`` (fp32 buffer; ``element_size * numel`` in general) for ``"fp32"`` and
 ``sum_p codec.nbytes(p.numel())`` over the bucket's parameters for the codec hooks (the whitening does
 not change the size). ``extra_bytes`` counts the input size of every side collective (GIFT's covariance
-all-reduce and factor broadcast on refresh steps, the selection statistics on selection steps).
+all-reduce, or the header with ``statistics="rank0"``, and factor broadcast on refresh steps, the
+selection statistics on selection steps).
 ``wire_bytes`` estimates what the rank sends over the network with ring algorithms:
 ``(W - 1) * payload`` for ``all_gather``, ``2 (W - 1) / W * payload`` for ``all_reduce`` (side
 collectives not included). With ``measure_error=True`` each record also holds the codec's relative error
