@@ -11,8 +11,8 @@ Codecs (``codecs``, ``codecs_detail``)
     of every ``nn.Linear`` (with a constant 1 appended: its bias is whitened with its weight, ``[G | b]``),
     the covariance ``B`` of each Linear's output gradient (``gift_output_side``: the two-sided transform
     ``B^{-1/2} [G | b] A^{-1/2}``) and the residual stream's gradient covariance for the two embeddings
-    (every training forward / backward collected, EMA per step, refresh every ``gift_refresh_every``
-    steps: input sides between that step's forward and its backward, output sides after its backward,
+    (every training forward / backward collected, EMA per step, refresh at each of the first
+    ``gift_refresh_warmup`` steps and then every ``gift_refresh_every`` steps: input sides between that step's forward and its backward, output sides after its backward,
     where the hook refreshes them bucket by bucket; a step never uses later data). At the capture steps
     it sends the full gradient through every codec, per parameter tensor as the hooks do, and compares
     with the fp32 gradient: ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model),
@@ -98,7 +98,7 @@ class Settings:
     codec_steps: int = 300
     codec_lr: float = 2e-3
     codec_warmup: int = 20
-    capture_steps: tuple[int, ...] = (1, 50, 100, 200, 300)
+    capture_steps: tuple[int, ...] = (1, 5, 10, 20, 50, 100, 200, 300)
     profile_seed: int = 1
     profile_steps: int = 100
     ef_window: int = 10
@@ -106,6 +106,7 @@ class Settings:
     gift_ema: float = 0.95  # used only by --part training (no profile run to choose it)
     ema_grid: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)  # the profile run chooses (ema, damping) together
     gift_refresh_every: int = 10
+    gift_refresh_warmup: int = 20  # refresh every step during the learning-rate warm-up (GiftHookState(refresh_warmup=...))
     gift_output_side: bool = True  # the left-hand factor B of each Linear (GiftHookState(output_side=True))
     damping_grid: tuple[float, ...] = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
     gift_threshold: float = 1.5
@@ -147,7 +148,7 @@ class Settings:
 FULL = Settings()
 QUICK = Settings(
     codec_model={"n_layer": 2, "d_model": 32, "n_head": 2, "block_size": 32}, codec_batch=8, codec_steps=12,
-    capture_steps=(1, 6, 12), profile_steps=6, ef_window=4, gift_refresh_every=3, damping_grid=(1e-2, 0.3), ema_grid=(0.8, 0.95),
+    capture_steps=(1, 6, 12), profile_steps=6, ef_window=4, gift_refresh_every=3, gift_refresh_warmup=2, damping_grid=(1e-2, 0.3), ema_grid=(0.8, 0.95),
     reselect_every=5, timing_repeats=2, gift_rank=8,
     train_model={"n_layer": 1, "d_model": 32, "n_head": 2, "block_size": 32}, train_steps=8, batch_size=4,
     warmup_steps=2, eval_interval=0, eval_batches=2, train_loss_window=4, adams_lrs=(3e-3,),
@@ -208,7 +209,7 @@ class _Study:
                 g["lr"] = _lr(step, s.codec_lr, s.codec_warmup, self.steps)
             x, y = self.sampler.batch(self.tokens, step, 0)
             _, loss = self.model(x, y)
-            refreshed = (step - 1) % s.gift_refresh_every == 0
+            refreshed = (step - 1) < s.gift_refresh_warmup or (step - 1) % s.gift_refresh_every == 0
             if refreshed:  # input side between forward and backward, where the hook's step starts
                 self._refresh(step, self.tracker, self.linear)
             loss.backward()
@@ -515,7 +516,8 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
         "capture_steps": captures,
         "gift": {"rank": s.gift_rank, "damping": damping, "damping_chosen_on": "profiling runs (separate seed)",
                  "ema_chosen_on": "profiling runs (separate seed)",
-                 "ema": s.gift_ema, "ema_per": "step", "refresh_every": s.gift_refresh_every, "residual": "scalar",
+                 "ema": s.gift_ema, "ema_per": "step", "refresh_every": s.gift_refresh_every,
+                 "refresh_warmup": s.gift_refresh_warmup, "residual": "scalar",
                  "error_feedback": "whitened coordinates (selected layers); none on the Euclidean path, like the paper",
                  "output_side": s.gift_output_side,
                  "factors": ("Linear layers: input covariance A of all training forwards up to and including the refresh step"
@@ -633,8 +635,9 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
     cov_bytes = 4 * (sum(d * (d + 1) // 2 for d in dims) + len(dims))
     factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims)
     select_bytes = 8 * 6 * len(layers)
-    side = (cov_bytes + factor_bytes) / s.gift_refresh_every + select_bytes / s.reselect_every
-    side_rank0 = (4 * len(dims) + factor_bytes) / s.gift_refresh_every + select_bytes / s.reselect_every
+    refreshes = sum(1 for t in range(s.codec_steps) if t < s.gift_refresh_warmup or t % s.gift_refresh_every == 0)
+    side = (cov_bytes + factor_bytes) * refreshes / s.codec_steps + select_bytes / s.reselect_every
+    side_rank0 = (4 * len(dims) + factor_bytes) * refreshes / s.codec_steps + select_bytes / s.reselect_every
     table = {}
     for c in (*EUCLIDEAN_CODECS, "fp8_ef", *GIFT_CODECS):
         src = "fp8_e4m3" if c == "fp8_ef" else c
@@ -928,7 +931,8 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
 
 
 def _gift_kwargs(s: Settings, damping: float) -> dict:
-    return {"damping": damping, "rank": s.gift_rank, "refresh_every": s.gift_refresh_every, "ema": s.gift_ema,
+    return {"damping": damping, "rank": s.gift_rank, "refresh_every": s.gift_refresh_every,
+            "refresh_warmup": s.gift_refresh_warmup, "ema": s.gift_ema,
             "output_side": s.gift_output_side,
             "select_by": "gain", "select_threshold": s.gift_threshold, "select_warmup": min(20, max(1, s.train_steps // 4)),
             "reselect_every": s.reselect_every if not s.quick else max(1, s.train_steps // 2), "measure_error": True}

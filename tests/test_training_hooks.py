@@ -390,6 +390,22 @@ def test_gift_collects_every_forward_between_refreshes_by_default():
     assert state.refreshes == 2 and torch.allclose(state._cov["fc2"], expected, atol=1e-5)
 
 
+def test_refresh_warmup_refreshes_every_step_first():
+    model = Tiny()
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], refresh_every=5, refresh_warmup=3, ema=0.0,
+                           reselect_every=None)
+    refreshed = []
+    for _ in range(7):
+        model.zero_grad()
+        model(torch.randn(5, 4)).sum().backward()
+        before = state.refreshes
+        hook(state, FakeBucket(list(model.parameters()))).wait()
+        refreshed.append(state.refreshes > before)
+    assert refreshed == [True, True, True, False, False, True, False]  # steps 0, 1, 2 (warm-up), then 5
+    with pytest.raises(GiftError, match="refresh_warmup must be an int >= 0"):
+        get_hook("gift_fp8", model=model, refresh_warmup=-1)
+
+
 def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
