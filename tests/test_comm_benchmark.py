@@ -145,5 +145,12 @@ def test_committed_full_run_reports_the_tuned_best_variant_and_consistent_goals(
         assert full["goals"][f"{name}_val"]["relative_gap"] == pytest.approx(gap)
     gains = full["codecs"]["gift_fp8"]["gain_whole_by_step"]
     assert full["goals"]["gift_whole_model_1.5x"]["met"] == (min(gains.values()) >= 1.5)
+    assert {"1", "5", "10", "20"} <= set(gains)  # the early steps, where stale factors hurt most, are measured
+    # GIFT in training: the configuration the codec study measured, with the covariances all-reduced or rank 0's
+    gift, rank0 = t["gift_fp8"], t["gift_fp8_rank0"]
+    assert gift["comm_kwargs"] == full["training_detail"]["gift_kwargs"]
+    assert rank0["comm_kwargs"] == {**gift["comm_kwargs"], "statistics": "rank0"}
+    assert gift["comm_kwargs"]["output_side"] is full["codecs_detail"]["gift"]["output_side"] is True
+    assert t["fp8"]["bytes_per_step"] < rank0["bytes_per_step"] < gift["bytes_per_step"]
     layers = {r["layer"] for r in full["codecs_detail"]["per_layer"]}
     assert {"tok_emb", "pos_emb", "head"} <= layers

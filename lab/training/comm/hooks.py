@@ -54,8 +54,9 @@ parameter.
 Ordering and determinism
 ------------------------
 All collectives (including GIFT's side collectives, issued at the start of a step and, for factors of
-output gradients, before a bucket is encoded) are issued from the hook body, which DDP calls in bucket order on every rank; the future callbacks only decode, so the
-collective order cannot diverge across gloo's threads (the cause of PowerSGD's deadlock). Replicas stay
+output gradients, before a bucket is encoded) are issued from the hook body, which DDP calls in bucket
+order on every rank; the future callbacks only decode, so the collective order cannot diverge across
+gloo's threads (the cause of PowerSGD's deadlock). Replicas stay
 bit-identical provided every rank runs the same kernels (same torch build, device type and thread
 count), the assumption under which the post-collective map back ``A^{1/2}`` gives the same bits.
 
@@ -626,8 +627,8 @@ class GiftHookState(CodecHookState):
 
     Per step (hook body, identical order on every rank):
 
-    1. At the start of a refresh step ``t`` (``t < refresh_warmup``, ``t % refresh_every == 0``, and every selection step, so
-       newly selected layers start from fresh factors): the input covariance sums the forward hooks
+    1. At the start of a refresh step ``t`` (``t < refresh_warmup``, ``t % refresh_every == 0``, and every
+       selection step, so newly selected layers start from fresh factors): the input covariance sums the forward hooks
        collected (every training forward since the last refresh with ``collect="every"``, the default;
        only this step's forward with ``collect="refresh"``, the artifact's behaviour) are packed (upper
        triangles + row counts, float32) and all-reduced (SUM); ``A_new = sum S / sum n``;
