@@ -679,8 +679,8 @@ class GiftHookState(CodecHookState):
     refresh_warmup : int
         Refresh at every one of the first ``refresh_warmup`` steps (default 0: the artifact's fixed period).
         Early in training the model moves fastest and a factor a few steps old can do worse than none: on
-        the benchmark's char-GPT (damping 1.0, EMA 0.5, period 10) GIFT's whole-model error was 0.6-0.9x
-        of Euclidean FP8's at steps 2-10 and 17-19 (below 1: worse) and 2.5-6.7x with a refresh every step;
+        the benchmark's char-GPT (damping 1.0, EMA 0.5, period 10) GIFT's gain over Euclidean FP8 was
+        0.6-1.0x at steps 2-10 and 17-19 (below 1: worse) and 2.5-6.7x with a refresh every step;
         from step 30 on the 10-step period holds 1.7-3.3x. The benchmark uses 20 (its learning-rate warm-up).
     residual : {"scalar", "diag"}
         See :class:`~lab.training.comm.gift.Whitening`.
