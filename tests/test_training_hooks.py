@@ -457,12 +457,7 @@ def test_output_side_factor_is_refreshed_per_bucket_with_the_steps_own_backward(
     assert torch.allclose(state._out_cov["fc1"], dys[0].T @ dys[0] / 6, atol=1e-5)
     codec, k = get_codec("fp8_e4m3"), state.transform("fc1")
     assert isinstance(k, KroneckerWhitening) and k.output is state.out_whitening["fc1"]
-    u = k.whiten(torch.cat([grads[0], grads[1][:, None]], 1))
-    dec = torch.cat([codec.decode(codec.encode(u[:, :4].contiguous()), 32).view(8, 4),
-                     codec.decode(codec.encode(u[:, 4].contiguous()), 8).view(8, 1)], 1)
-    back = k.unwhiten(dec)
-    assert torch.equal(out[:32], back[:, :4].reshape(-1)) and torch.equal(out[32:40], back[:, 4])
-    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)
+    _assert_fc1_sent_jointly(state, k, grads, out)
     assert torch.equal(out_b0[:24], codec.decode(codec.encode(grads[2]), 24))  # fc2 not selected: Euclidean
     # a state with output-side factors is refused by a hook without them, before anything loads
     plain, _ = get_hook("gift_fp8", model=model, layers=["fc1"], rank=9, reselect_every=None, output_side=False)
@@ -567,6 +562,18 @@ def test_gift_hook_whitens_embeddings_with_the_stream_gradient_factor():
     state.close()
 
 
+def _assert_fc1_sent_jointly(state, transform, grads, out):
+    """Tiny's fc1 [G | b] went out as Q(transform.whiten([G | b])) (weight and bias payloads, own scales),
+    mapped back jointly, with the residual kept in the whitened coordinates."""
+    codec = get_codec("fp8_e4m3")
+    u = transform.whiten(torch.cat([grads[0], grads[1][:, None]], 1))
+    dec = torch.cat([codec.decode(codec.encode(u[:, :4].contiguous()), 32).view(8, 4),
+                     codec.decode(codec.encode(u[:, 4].contiguous()), 8).view(8, 1)], 1)
+    back = transform.unwhiten(dec)
+    assert torch.equal(out[:32], back[:, :4].reshape(-1)) and torch.equal(out[32:40], back[:, 4])
+    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)
+
+
 def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
     """bias=True: A = [[E x x^T, E x], [E x^T, 1]] and [G | b] A^{-1/2} travels as the weight's and the
     bias's payloads (their own scales, the Euclidean sizes), mapped back jointly."""
@@ -581,13 +588,8 @@ def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
     out = hook(state, FakeBucket(params)).wait()
     xa = torch.cat([x, torch.ones(6, 1)], 1).double()
     assert torch.allclose(state._cov["fc1"], xa.T @ xa / 6, atol=1e-4)
-    codec, w = get_codec("fp8_e4m3"), state.whitening["fc1"]
-    u = w.whiten(torch.cat([grads[0], grads[1][:, None]], 1))
-    dec = torch.cat([codec.decode(codec.encode(u[:, :4].contiguous()), 32).view(8, 4),
-                     codec.decode(codec.encode(u[:, 4].contiguous()), 8).view(8, 1)], 1)
-    back = w.unwhiten(dec)
-    assert torch.equal(out[:32], back[:, :4].reshape(-1)) and torch.equal(out[32:40], back[:, 4])
-    assert torch.equal(state.gift_error_feedback.residuals["fc1"], u - dec)
+    codec = get_codec("fp8_e4m3")
+    _assert_fc1_sent_jointly(state, state.whitening["fc1"], grads, out)
     rec = state.history[-1]
     assert rec.payload_bytes == sum(codec.nbytes(p.numel()) for p in params)
     assert rec.per_param["fc1.bias"]["path"] == "gift" and rec.per_param["fc2.bias"]["path"] == "euclid"
