@@ -108,6 +108,7 @@ class Settings:
     gift_refresh_every: int = 10
     gift_refresh_warmup: int = 20  # refresh every step during the learning-rate warm-up (GiftHookState(refresh_warmup=...))
     gift_output_side: bool = True  # the left-hand factor B of each Linear (GiftHookState(output_side=True))
+    gift_output_side_max: int = 2048  # Linear layers with more outputs keep the input side only (the hook's default)
     damping_grid: tuple[float, ...] = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
     gift_threshold: float = 1.5
     select_k: float = 0.25
@@ -188,7 +189,8 @@ class _Study:
         self.tracker = CovarianceTracker({n: [m] for n, m in self.linear.items()}, lambda _n: True,
                                          homogeneous=self.bias_of)
         #: the output-gradient factors: the embeddings' (right-hand) and, with gift_output_side, each Linear's left-hand B
-        self.output_side = tuple(self.linear) if s.gift_output_side else ()
+        self.output_side = tuple(n for n, m in self.linear.items()
+                                 if s.gift_output_side and m.out_features <= s.gift_output_side_max)
         self.out_tracker = CovarianceTracker({}, lambda _n: True,
                                              {**{n: (src, m.embedding_dim) for n, (m, src) in emb.items()},
                                               **{n: (self.linear[n], self.linear[n].out_features) for n in self.output_side}})

@@ -74,7 +74,7 @@ The paper derives two-sided coordinates ``B^{-1/2} G A^{-1/2}`` from both K-FAC 
 its ``G``, the covariance of the layer's output gradients ``dy``, ``(out, out)``) and keeps only the input
 side because its Table I measured no gain from the output side on a 600M model. On the benchmark's
 4-layer char-GPT the output side does matter: in a one-off probe (seed 0, damping 1.0, rank 32, factors
-refreshed every 10 steps with EMA 0.5) the Linear layers' FP8 error fell 1.6x / 2.3x / 2.4x below
+refreshed every 10 steps with EMA 0.5) the Linear layers' FP8 error fell 1.6x / 2.4x / 2.4x below
 Euclidean with ``A`` alone at steps 1 / 100 / 200 and 4.2x / 2.8x / 2.5x with both factors (per layer up
 to 11x; the head, whose output side is the 85-token vocabulary, gains nothing). :class:`KroneckerWhitening`
 applies both factors; the hook collects ``dy^T dy`` in the backward (:class:`CovarianceTracker`

@@ -680,7 +680,7 @@ class GiftHookState(CodecHookState):
         Refresh at every one of the first ``refresh_warmup`` steps (default 0: the artifact's fixed period).
         Early in training the model moves fastest and a factor a few steps old can do worse than none: on
         the benchmark's char-GPT (damping 1.0, EMA 0.5, period 10) GIFT's gain over Euclidean FP8 was
-        0.6-1.0x at steps 2-10 and 17-19 (below 1: worse) and 2.5-6.7x with a refresh every step;
+        0.6-0.9x at steps 3-10 and 17-18 (below 1: worse) and 2.5-6.7x with a refresh every step;
         from step 30 on the 10-step period holds 1.7-3.3x. The benchmark uses 20 (its learning-rate warm-up).
     residual : {"scalar", "diag"}
         See :class:`~lab.training.comm.gift.Whitening`.
@@ -1005,6 +1005,8 @@ class GiftHookState(CodecHookState):
     def _collecting(self, name: str) -> bool:
         if self.collect == "refresh" and not self._is_refresh_step(self.step):
             return False
+        if self.statistics == "rank0" and self.world_size > 1 and self.rank != 0:
+            return False  # only rank 0's sums are used
         return self.track == "all" or name in self.selected
 
     # step start: side collectives ----------------------------------------------------------------
