@@ -848,3 +848,47 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
     for h in hist:
         active = chosen[4] if h["step"] >= 4 else chosen[2] if h["step"] >= 2 else set()
         assert h["selected"] == (h["layer"] in active)
+
+
+def _failing_worker(rank: int, world: int, init: str, outdir: str) -> None:
+    """statistics="rank0": rank 0 fails to build a factor at step 2; every rank must raise, none may hang."""
+    import datetime
+
+    from lab.training.comm import gift as gift_mod
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    try:
+        model = _mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002)
+        state, hook = get_hook("gift_fp8", model=model, **dict(_GIFT, statistics="rank0"))
+        ddp.register_comm_hook(state, hook)
+        if rank == 0:
+            real = gift_mod.Whitening.from_covariance.__func__
+
+            def flaky(cls, *a, **kw):
+                if state.step == 2:
+                    raise GiftError("injected failure on rank 0")
+                return real(cls, *a, **kw)
+
+            gift_mod.Whitening.from_covariance = classmethod(flaky)
+        message = "no error"
+        try:
+            for x, y in _data(world)[:4]:
+                nn.functional.mse_loss(ddp(x[rank * _B : (rank + 1) * _B]), y[rank * _B : (rank + 1) * _B]).backward()
+        except Exception as exc:  # noqa: BLE001 - the message is the result
+            message = f"{type(exc).__name__}: {exc}"
+        with open(os.path.join(outdir, f"fail{rank}.txt"), "w") as fh:
+            fh.write(f"{state.step}\n{message}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # ~5 s
+def test_rank0_statistics_failure_on_rank0_raises_on_every_rank(tmp_path):
+    mp.spawn(_failing_worker, args=(2, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=2, join=True)
+    step0, msg0 = (tmp_path / "fail0.txt").read_text().split("\n", 1)
+    step1, msg1 = (tmp_path / "fail1.txt").read_text().split("\n", 1)
+    assert step0 == step1 == "2"
+    assert "injected failure on rank 0" in msg0
+    assert "rank 0 failed to build the GIFT factors" in msg1
