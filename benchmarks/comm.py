@@ -44,9 +44,9 @@ Codecs (``codecs``, ``codecs_detail``)
 Training (``training``)
     Every method is a ``launch(config, nproc)`` run (``torchrun``, gloo, sequential runs), same seed,
     model, steps and data order. Learning rates are tuned on the validation loss: a grid for dense AdamS
-    (``adams``; ``fp32`` is the same run: AdamS with the fp32 all-reduce hook) and one per SCAPE
-    sparsity; a grid whose best value is at an edge is extended once. ``fp8``, ``fp8_ef`` and
-    ``gift_fp8`` use dense AdamS's tuned rate. SCAPE runs several mask variants per sparsity
+    (``adams``, at each ``adams_beta1s`` value: its variants; ``fp32`` is the same run: AdamS with the
+    fp32 all-reduce hook) and one per SCAPE variant; a grid whose best value is at an edge is extended
+    once. ``fp8``, ``fp8_ef`` and ``gift_fp8`` use dense AdamS's tuned rate and beta1. SCAPE runs several mask variants per sparsity
     (``Settings.scape90_variants`` / ``scape99_variants``: the paper's top-|m|, error feedback with
     ``mask_score="m_ef"``, partial exploration, a uniformly random mask), tunes each one's rate over its
     own grid, and reports the variant with the lowest validation loss (``variant``); every variant's
@@ -125,6 +125,10 @@ class Settings:
     train_loss_window: int = 20
     seed: int = 0
     adams_lrs: tuple[float, ...] = (5e-4, 1e-3, 2e-3)
+    # AdamS's beta1 is tuned with the learning rate (dense and SCAPE alike): a coordinate a random mask updates
+    # once every 1/(1 - sparsity) steps averages 1/(1 - beta1) of ITS updates in m, a horizon that many times
+    # longer than dense AdamS's, so a smaller beta1 may suit it; the dense baseline gets the same chance
+    adams_beta1s: tuple[float, ...] = (0.9, 0.7, 0.5)
     extend_edges: bool = True
     # SCAPE variants per sparsity: name -> (optimizer kwargs, learning-rate grid). Each variant's rate is
     # tuned on validation over its own grid; the variant with the lowest validation loss is the method's
@@ -133,6 +137,7 @@ class Settings:
     scape90_variants: dict = field(default_factory=lambda: {
         "topk": ({"mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
         "random": ({"explore": 1.0, "mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
+        "random_beta1_0.5": ({"explore": 1.0, "mask_sync": "local", "betas": (0.5, 0.95)}, (8e-3, 1.2e-2, 1.6e-2)),
     })
     scape99_variants: dict = field(default_factory=lambda: {
         "topk": ({"mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
@@ -140,6 +145,7 @@ class Settings:
                (2e-3, 4e-3, 8e-3)),
         "explore": ({"explore": 0.2, "mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
         "random": ({"explore": 1.0, "mask_sync": "local"}, (8e-3, 1.6e-2, 3.2e-2)),
+        "explore_beta1_0.5": ({"explore": 0.2, "mask_sync": "local", "betas": (0.5, 0.95)}, (8e-3, 1.6e-2, 3.2e-2)),
     })
     methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "gift_fp8_rank0", "adams", "scape90", "scape99")
     parallel_launch: bool = False  # quick mode only: start the runs together (timings then meaningless)
@@ -857,8 +863,25 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
     methods = set(s.methods)
     training, tuning = {}, {}
 
-    def dense(comm: str = "fp32", **comm_kwargs):
-        return lambda lr: {"lr": lr, "optimizer": "adams", "comm": comm, "comm_kwargs": comm_kwargs}
+    def dense(comm: str = "fp32", optimizer_kwargs: dict | None = None, **comm_kwargs):
+        return lambda lr: {"lr": lr, "optimizer": "adams", "optimizer_kwargs": dict(optimizer_kwargs or {}),
+                           "comm": comm, "comm_kwargs": comm_kwargs}
+
+    def tune_variants(name: str, variants: dict, make) -> tuple[str, dict]:
+        """Each variant's learning rate tuned over its grid; (best variant, {variant: (best lr, {lr: result})})."""
+        per_variant = {v: _tune(runner, f"{name}_{v}", lrs, make(kwargs), s.extend_edges) for v, (kwargs, lrs) in variants.items()}
+        best_v = min(per_variant, key=lambda v: per_variant[v][1][per_variant[v][0]]["val_loss"])
+        tuning[name] = {
+            "variants": {v: {"optimizer_kwargs": variants[v][0], "grid": _grid(by_lr), "best_lr": lr,
+                             "val_loss": by_lr[lr]["val_loss"], "mask_coverage": by_lr[lr].get("mask_coverage"),
+                             "bytes_vs_dense": by_lr[lr]["bytes_vs_dense"]}
+                         for v, (lr, by_lr) in per_variant.items()},
+            "best_variant": best_v, "best_lr": per_variant[best_v][0],
+        }
+        lr, by_lr = per_variant[best_v]
+        training[name] = dict(by_lr[lr])
+        training[name]["variant"] = best_v
+        return best_v, per_variant
 
     def scape(sparsity: float, kwargs: dict):
         return lambda lr: {"lr": lr, "optimizer": "scape", "optimizer_kwargs": {"sparsity": sparsity, **kwargs}}
@@ -877,34 +900,21 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         for k, r in res.items():
             training[k] = dict(r)
         tuning = {"note": "quick mode: one learning rate, no tuning"}
-        dense_lr = lr
+        dense_lr, dense_kwargs = lr, {}
     else:
-        dense_lr, by_lr = _tune(runner, "adams", s.adams_lrs, dense(), s.extend_edges)
-        tuning["adams"] = {"grid": _grid(by_lr), "best_lr": dense_lr}
-        training["adams"] = dict(by_lr[dense_lr])
-        codec_specs = {"fp8": dense("fp8")(dense_lr), "fp8_ef": dense("fp8_ef")(dense_lr),
-                       "gift_fp8": dense("gift_fp8", **_gift_kwargs(s, gift_damping))(dense_lr),
-                       "gift_fp8_rank0": dense("gift_fp8", **_gift_kwargs(s, gift_damping), statistics="rank0")(dense_lr)}
+        # dense AdamS: (beta1, learning rate) tuned on validation; FP8 and GIFT train with its choice
+        adams_variants = {f"beta1_{b:g}": ({} if b == 0.9 else {"betas": (b, 0.95)}, s.adams_lrs) for b in s.adams_beta1s}
+        best_v, per_variant = tune_variants("adams", adams_variants, lambda kw: dense(optimizer_kwargs=kw))
+        dense_lr, dense_kwargs = per_variant[best_v][0], adams_variants[best_v][0]
+        codec_specs = {"fp8": dense("fp8", dense_kwargs)(dense_lr), "fp8_ef": dense("fp8_ef", dense_kwargs)(dense_lr),
+                       "gift_fp8": dense("gift_fp8", dense_kwargs, **_gift_kwargs(s, gift_damping))(dense_lr),
+                       "gift_fp8_rank0": dense("gift_fp8", dense_kwargs, **_gift_kwargs(s, gift_damping),
+                                               statistics="rank0")(dense_lr)}
         res = runner.run_many({k: v for k, v in codec_specs.items() if k in methods})
         training.update({k: dict(v) for k, v in res.items()})
         for name, sparsity, variants in (("scape90", 0.9, s.scape90_variants), ("scape99", 0.99, s.scape99_variants)):
-            if name not in methods:
-                continue
-            per_variant = {}
-            for v, (kwargs, lrs) in variants.items():
-                best_lr, by_lr = _tune(runner, f"{name}_{v}", lrs, scape(sparsity, kwargs), s.extend_edges)
-                per_variant[v] = (best_lr, by_lr)
-            best_v = min(per_variant, key=lambda v: per_variant[v][1][per_variant[v][0]]["val_loss"])
-            tuning[name] = {
-                "variants": {v: {"optimizer_kwargs": variants[v][0], "grid": _grid(by_lr), "best_lr": lr,
-                                 "val_loss": by_lr[lr]["val_loss"], "mask_coverage": by_lr[lr].get("mask_coverage"),
-                                 "bytes_vs_dense": by_lr[lr]["bytes_vs_dense"]}
-                             for v, (lr, by_lr) in per_variant.items()},
-                "best_variant": best_v, "best_lr": per_variant[best_v][0],
-            }
-            lr, by_lr = per_variant[best_v]
-            training[name] = dict(by_lr[lr])
-            training[name]["variant"] = best_v
+            if name in methods:
+                tune_variants(name, variants, lambda kw, sp=sparsity: scape(sp, kw))
     if "adams" in training:
         training["fp32"] = dict(training["adams"])
         training["fp32"]["same_run_as"] = "adams"
@@ -918,7 +928,8 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         "warmup_steps": s.warmup_steps, "schedule": "linear warm-up then cosine to 0.1 lr",
         "eval": {"batches": s.eval_batches, "windows_per_batch": s.batch_size, "interval": s.eval_interval,
                  "split": "held-out plays (lab.training.data.VALIDATION_PLAYS), the same fixed windows for every run"},
-        "dense_lr": dense_lr, "gift_kwargs": _gift_kwargs(s, gift_damping), "tuning": tuning,
+        "dense_lr": dense_lr, "dense_optimizer_kwargs": dense_kwargs, "gift_kwargs": _gift_kwargs(s, gift_damping),
+        "tuning": tuning,
         "runs": runner.results, "run_order": runner.order, "wall_s": time.perf_counter() - t_start,
         "notes": [
             "fp32 and adams are the same run: dense AdamS with the fp32 all-reduce hook at the tuned learning rate",
