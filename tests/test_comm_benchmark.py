@@ -124,22 +124,29 @@ def test_scape_bytes(result):
 
 
 def test_committed_full_run_reports_the_tuned_best_variant_and_consistent_goals():
-    """benchmarks/results/comm.json (the full run): every SCAPE variant has its own tuned grid, the
+    """benchmarks/results/comm.json (the full run): every SCAPE variant and dense beta1 has its own tuned grid, the
     reported row is the lowest validation loss over variants and rates, and the goals follow the rows."""
     from pathlib import Path
 
     full = json.loads((Path(comm.__file__).parent / "results" / "comm.json").read_text())
     assert full["inputs"]["quick"] is False and full["inputs"]["part"] == "all"
     t, tuning = full["training"], full["training_detail"]["tuning"]
-    for name, sparsity in (("scape90", 0.9), ("scape99", 0.99)):
+    for name in ("adams", "scape90", "scape99"):
         variants = tuning[name]["variants"]
-        assert set(variants) == set(full["inputs"][f"{name}_variants"])
+        expected = ({f"beta1_{b:g}" for b in full["inputs"]["adams_beta1s"]} if name == "adams"
+                    else set(full["inputs"][f"{name}_variants"]))
+        assert set(variants) == expected
         best = min(variants, key=lambda v: variants[v]["val_loss"])
         assert tuning[name]["best_variant"] == best == t[name]["variant"]
         for v in variants.values():
             grid = {float(lr): r["val_loss"] for lr, r in v["grid"].items()}
             assert v["val_loss"] == min(grid.values()) == grid[v["best_lr"]]
         assert t[name]["val_loss"] == variants[best]["val_loss"]
+    # FP8 and GIFT train with dense AdamS's tuned rate and beta1
+    dense_kwargs = tuning["adams"]["variants"][t["adams"]["variant"]]["optimizer_kwargs"]
+    for name in ("fp8", "fp8_ef", "gift_fp8", "gift_fp8_rank0"):
+        assert t[name]["lr"] == t["adams"]["lr"] and t[name]["optimizer_kwargs"] == dense_kwargs
+    for name, sparsity in (("scape90", 0.9), ("scape99", 0.99)):
         assert t[name]["optimizer_kwargs"]["sparsity"] == sparsity
         gap = t[name]["val_loss"] / t["adams"]["val_loss"] - 1
         assert full["goals"][f"{name}_val"]["relative_gap"] == pytest.approx(gap)
