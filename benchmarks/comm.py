@@ -12,8 +12,9 @@ Codecs (``codecs``, ``codecs_detail``)
     the covariance ``B`` of each Linear's output gradient (``gift_output_side``: the two-sided transform
     ``B^{-1/2} [G | b] A^{-1/2}``) and the residual stream's gradient covariance for the two embeddings
     (every training forward / backward collected, EMA per step, refresh at each of the first
-    ``gift_refresh_warmup`` steps and then every ``gift_refresh_every`` steps: input sides between that step's forward and its backward, output sides after its backward,
-    where the hook refreshes them bucket by bucket; a step never uses later data). At the capture steps
+    ``gift_refresh_warmup`` steps and then every ``gift_refresh_every`` steps: input sides between that
+    step's forward and its backward, output sides after its backward, where the hook refreshes them
+    bucket by bucket; a step never uses later data). At the capture steps
     it sends the full gradient through every codec, per parameter tensor as the hooks do, and compares
     with the fp32 gradient: ``rel_l2`` (``||g_hat - g|| / ||g||`` over the whole model),
     ``rel_l2_selected_layers`` (the same over the parameters of the layers GIFT's selection rule has
@@ -46,10 +47,10 @@ Training (``training``)
     model, steps and data order. Learning rates are tuned on the validation loss: a grid for dense AdamS
     (``adams``, at each ``adams_beta1s`` value: its variants; ``fp32`` is the same run: AdamS with the
     fp32 all-reduce hook) and one per SCAPE variant; a grid whose best value is at an edge is extended
-    once. ``fp8``, ``fp8_ef`` and ``gift_fp8`` use dense AdamS's tuned rate and beta1. SCAPE runs several mask variants per sparsity
-    (``Settings.scape90_variants`` / ``scape99_variants``: the paper's top-|m|, error feedback with
-    ``mask_score="m_ef"``, partial exploration, a uniformly random mask), tunes each one's rate over its
-    own grid, and reports the variant with the lowest validation loss (``variant``); every variant's
+    once. ``fp8``, ``fp8_ef`` and ``gift_fp8`` use dense AdamS's tuned rate and beta1. SCAPE runs
+    several mask variants per sparsity (``Settings.scape90_variants`` / ``scape99_variants``: the paper's
+    top-|m|, error feedback with ``mask_score="m_ef"``, partial exploration, a uniformly random mask,
+    and the last two at beta1 0.5), tunes each one's rate over its own grid, and reports the variant with the lowest validation loss (``variant``); every variant's
     grid is in ``training_detail.tuning``. Per method: ``train_loss`` (mean training loss of the last
     ``train_loss_window`` steps), ``val_loss`` (final validation loss on ``eval_batches`` fixed
     windows), ``bytes_per_step`` (mean payload bytes per rank per step, every side collective and
