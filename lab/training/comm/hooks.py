@@ -1085,11 +1085,7 @@ class GiftHookState(CodecHookState):
             flat = torch.cat([fresh[n].to_flat() for n in order])
             dist.broadcast(flat, src=self._root(), group=self.process_group)
             rec.extra_bytes += 4 * flat.numel()
-            pos = 0
-            for n in order:
-                m = fresh[n].flat_numel
-                fresh[n] = Whitening.from_flat(flat[pos : pos + m], fresh[n].dim, fresh[n].rank)
-                pos += m
+            fresh = _unflatten_factors(flat, {n: (fresh[n].dim, fresh[n].rank) for n in order})
         self._install_factors(tracker, fresh)
 
     def _root(self) -> int:
@@ -1105,19 +1101,15 @@ class GiftHookState(CodecHookState):
         ks = {n: int(k) for n, k in zip(names, header.tolist()) if k >= 0}
         if not ks:
             return
-        dims = {n: tracker.dims[n] for n in ks}
-        flat = torch.empty(sum(dims[n] * k + k + 1 for n, k in ks.items()), dtype=torch.float32, device=self.device)
+        shapes = {n: (tracker.dims[n], k) for n, k in ks.items()}
+        flat = torch.empty(sum(d * k + k + 1 for d, k in shapes.values()), dtype=torch.float32, device=self.device)
         dist.broadcast(flat, src=self._root(), group=self.process_group)
         rec.extra_bytes += 4 * flat.numel()
-        fresh, pos = {}, 0
         left = tracker is self.out_tracker
-        for n, k in ks.items():
-            m = dims[n] * k + k + 1
-            fresh[n] = Whitening.from_flat(flat[pos : pos + m], dims[n], k)
-            pos += m
+        for n in ks:
             last = self._out_last_refresh if left and n in self.output_side else self._last_refresh
             last[n] = self.step
-        self._install_factors(tracker, fresh)
+        self._install_factors(tracker, _unflatten_factors(flat, shapes))
 
     def _install_factors(self, tracker: CovarianceTracker, fresh: dict[str, Whitening]) -> None:
         """Make ``fresh`` the current factors, rebasing the whitened error-feedback residuals."""
@@ -1305,6 +1297,16 @@ class GiftHookState(CodecHookState):
                 "condition_number": self.transform(name).condition_number if name in self.whitening else None,
             })
         return out
+
+
+def _unflatten_factors(flat: Tensor, shapes: Mapping[str, tuple[int, int]]) -> dict[str, Whitening]:
+    """Split a broadcast ``[to_flat() of each factor]`` vector back into factors; ``shapes``: name -> (dim, rank), in order."""
+    out, pos = {}, 0
+    for n, (d, k) in shapes.items():
+        m = d * k + k + 1
+        out[n] = Whitening.from_flat(flat[pos : pos + m], d, k)
+        pos += m
+    return out
 
 
 # -- registry --------------------------------------------------------------------------------------
