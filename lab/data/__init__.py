@@ -4,10 +4,18 @@ Every data file the lab reads is named here, with its sha256 and its public
 origin (``registry.toml`` beside this module). :func:`fetch` resolves a name to
 a verified local file, looking in this order:
 
-1. ``$LAB_DATA_DIR/<path>``; when the variable is unset, ``../shared/data``
-   beside the project checkout, if that folder exists;
-2. the pooch cache (``$LAB_DATA_CACHE``, default ``pooch.os_cache("research-lab")``);
-3. the public URL, downloaded into the cache by pooch and verified there.
+1. ``$LAB_DATA_DIR/<path>``, when the variable is set (a folder of your own copies);
+2. the copy that ships with the project, ``lab/data/files/<path>``, for entries
+   with ``bundled = true`` (the SWF traces and the tau-bench airline files, about
+   16 MB, with their licences and citations in ``lab/data/files/README.md``), so a
+   fresh clone or an installed wheel works on a machine without network;
+3. the pooch cache (``$LAB_DATA_CACHE``, default ``pooch.os_cache("research-lab")``);
+4. the public URL, downloaded into the cache by pooch and verified there.
+
+Nothing outside the checkout (or the installed package) is looked at unless
+``$LAB_DATA_DIR`` or ``$LAB_DATA_CACHE`` names it. :func:`resolve` says where a
+name resolved (``Resolved.source``); ``python -m lab.data`` (``make data``)
+verifies or fetches every registered data set and prints where each resolved.
 
 A file whose sha256 does not match is never used and never silently replaced:
 :class:`ChecksumError` names the file, the expected and actual checksums and
@@ -36,6 +44,8 @@ Examples
 --------
 >>> from lab import data
 >>> path = data.fetch("theta_2022")          # doctest: +SKIP
+>>> data.resolve("theta_2022").source         # doctest: +SKIP
+'bundled'
 >>> sorted(data.names())[:2]                  # doctest: +SKIP
 ['hpc2n', 'nasa_ipsc_1993']
 """
@@ -61,18 +71,21 @@ __all__ = [
     "ChecksumError",
     "UnknownDatasetError",
     "Dataset",
+    "Resolved",
     "data_dir",
+    "bundled_dir",
     "cache_dir",
     "names",
     "info",
     "fetch",
+    "resolve",
     "files",
     "locate",
     "manifest_sha256",
 ]
 
 _REGISTRY_FILE = Path(__file__).with_name("registry.toml")
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_BUNDLED_DIR = Path(__file__).with_name("files")
 
 
 class DataError(LabError):
@@ -138,6 +151,9 @@ class Dataset:
         For ``kind="package"``: how many files ``glob`` must match (or ``members`` lists).
     install : str or None
         For ``kind="package"``: the command that installs the package (quoted in errors).
+    bundled : bool
+        For ``kind="file"``: a copy ships with the project at ``lab/data/files/<path>``
+        (:func:`bundled_dir`), looked at after ``$LAB_DATA_DIR`` and before the cache.
     """
 
     name: str
@@ -155,6 +171,28 @@ class Dataset:
     members: tuple[str, ...] | None = None
     files: int | None = None
     install: str | None = None
+    bundled: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where a data set resolved (:func:`resolve`).
+
+    Attributes
+    ----------
+    name : str
+        Registry key.
+    path : pathlib.Path
+        The verified file (a package data set: its verified resource folder).
+    source : {"LAB_DATA_DIR", "bundled", "cache", "downloaded", "package"}
+        Which place held it: the user's ``$LAB_DATA_DIR``, the copy shipped with the project,
+        the download cache (an earlier download), a download made by this call, or an installed
+        pip package.
+    """
+
+    name: str
+    path: Path
+    source: str
 
 
 @cache
@@ -191,12 +229,15 @@ def info(name: str) -> Dataset:
 
 
 def data_dir() -> Path | None:
-    """The local data directory: ``$LAB_DATA_DIR``, else ``../shared/data`` beside the checkout if it exists."""
+    """The user's data directory, ``$LAB_DATA_DIR``, or None when the variable is unset or empty."""
     env = os.environ.get("LAB_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    default = _PROJECT_ROOT.parent / "shared" / "data"
-    return default if default.is_dir() else None
+    return Path(env).expanduser() if env else None
+
+
+def bundled_dir() -> Path:
+    """The folder of the copies that ship with the project (``lab/data/files``; inside the package,
+    so it travels with a clone, an editable install and a wheel alike)."""
+    return _BUNDLED_DIR
 
 
 def cache_dir() -> Path:
@@ -295,22 +336,37 @@ def files(name: str) -> list[Path]:
     return found[1]
 
 
-def locate(name: str) -> Path | None:
-    """The verified local copy of ``name`` (data directory, then cache), or None if there is none.
+def _local_places(ds: Dataset) -> list[tuple[str, Path]]:
+    """(source, candidate path) of every local place a file data set may be, in lookup order."""
+    places = []
+    root = data_dir()
+    if root is not None:
+        places.append(("LAB_DATA_DIR", root / ds.path))
+    if ds.bundled:
+        places.append(("bundled", bundled_dir() / ds.path))
+    places.append(("cache", cache_dir() / ds.path))
+    return places
 
-    For a package data set: its verified resource folder, or None when the package is not installed.
-    Never downloads. Raises :class:`ChecksumError` for a copy that exists but is corrupted.
-    """
-    ds = info(name)
+
+def _locate(ds: Dataset) -> Resolved | None:
     if ds.kind == "package":
         found = _package_files(ds)
-        return None if found is None else found[0]
-    root = data_dir()
-    for base in ([root] if root is not None else []) + [cache_dir()]:
-        candidate = base / ds.path
+        return None if found is None else Resolved(ds.name, found[0], "package")
+    for source, candidate in _local_places(ds):
         if candidate.is_file():
-            return _verified(ds, candidate)
+            return Resolved(ds.name, _verified(ds, candidate), source)
     return None
+
+
+def locate(name: str) -> Path | None:
+    """The verified local copy of ``name`` ($LAB_DATA_DIR, the bundled copy, then the cache), or None.
+
+    For a package data set: its verified resource folder, or None when the package is not installed.
+    Never downloads. The first copy found is the one verified: a corrupted copy in an earlier place
+    raises :class:`ChecksumError` rather than being bypassed by a good one further down.
+    """
+    found = _locate(info(name))
+    return None if found is None else found.path
 
 
 def fetch(name: str, *, download: bool = True) -> Path:
@@ -336,28 +392,37 @@ def fetch(name: str, *, download: bool = True) -> Path:
     ChecksumError
         A local or downloaded copy has the wrong sha256 (names file, expected and actual digest).
     DataNotFoundError
-        No copy in the data directory or cache and the download failed or was not allowed;
-        the message lists every place looked. For a package data set: the package is not
+        No copy in ``$LAB_DATA_DIR``, the bundled files or the cache, and the download failed or was
+        not allowed; the message lists every place looked. For a package data set: the package is not
         installed, and the message is the pip command that installs it.
+    """
+    return resolve(name, download=download).path
+
+
+def resolve(name: str, *, download: bool = True, progressbar: bool = False) -> Resolved:
+    """Like :func:`fetch`, but also say where the data set resolved (:class:`Resolved`).
+
+    ``progressbar`` shows pooch's download progress (tqdm) when a download is needed.
+    Raises what :func:`fetch` raises.
     """
     if not isinstance(name, str):
         raise TypeError(f"data set name must be a str, not {type(name).__name__}: {name!r}")
     ds = info(name)
-    found = locate(name)
+    found = _locate(ds)
     if found is not None:
         return found
     if ds.kind == "package":
         raise _package_not_found(ds)
-    root = data_dir()
-    looked = [str(root / ds.path) if root is not None else "$LAB_DATA_DIR (unset, and no ../shared/data)"]
+    looked = [str(path) for _, path in _local_places(ds)]
+    if data_dir() is None:
+        looked.insert(0, "$LAB_DATA_DIR (unset)")
     target = cache_dir() / ds.path
-    looked.append(str(target))
     reason = "downloads disabled"
     if download:
         looked.append(ds.url)
         try:
-            _download(ds, target)
-            return _verified(ds, target)
+            _download(ds, target, progressbar=progressbar)
+            return Resolved(ds.name, _verified(ds, target), "downloaded")
         except ChecksumError:
             _discard_download(target)
             raise
@@ -381,10 +446,10 @@ def _discard_download(target: Path) -> None:
     shutil.rmtree(target.with_name(target.name + ".d"), ignore_errors=True)
 
 
-def _download(ds: Dataset, target: Path) -> None:
+def _download(ds: Dataset, target: Path, *, progressbar: bool = False) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     if ds.member is None:
-        pooch.retrieve(ds.url, known_hash=f"sha256:{ds.sha256}", fname=target.name, path=target.parent, progressbar=False)
+        pooch.retrieve(ds.url, known_hash=f"sha256:{ds.sha256}", fname=target.name, path=target.parent, progressbar=progressbar)
         return
     # Zip archive: pooch checks the archive only if we knew its hash; we verify the extracted member instead.
     extracted = pooch.retrieve(
@@ -393,6 +458,6 @@ def _download(ds: Dataset, target: Path) -> None:
         fname=target.name + ".zip",
         path=target.parent,
         processor=pooch.Unzip(members=[ds.member], extract_dir=target.name + ".d"),
-        progressbar=False,
+        progressbar=progressbar,
     )
     Path(extracted[0]).replace(target)
