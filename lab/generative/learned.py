@@ -138,7 +138,9 @@ def load_learned_prior(name: str, device=None, dtype: torch.dtype = torch.float3
     unet.load_state_dict(state, strict=True)
     # channels-last weights: the convolutions then run in NHWC (about 1.2x faster on one CPU core here,
     # outputs within float32 rounding of the default layout); callers keep passing ordinary (B, C, H, W) tensors.
-    unet.to(device=device, dtype=dtype, memory_format=torch.channels_last).eval().requires_grad_(False)
+    # torch's Module.to, not diffusers' override: the override warns "modules that should be kept in float32: []"
+    # on every dtype cast even when that list is empty (as for this UNet), and adds only quantization checks.
+    torch.nn.Module.to(unet, device=device, dtype=dtype, memory_format=torch.channels_last).eval().requires_grad_(False)
     if float(meta.get("time_scale", TIME_SCALE)) != TIME_SCALE:
         raise PriorError(f"learned prior {name!r} was trained with time_scale {meta.get('time_scale')}, this code uses {TIME_SCALE}")
     prior = LearnedPrior(UNetVelocity(unet), tuple(meta["shape"]), time_scale=1.0)
