@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.provenance import DuplicateNodeError, Edge, GraphIntegrityError, Node, ProvenanceGraph, UnknownNodeError
+from lab.provenance import Difference, DuplicateNodeError, Edge, GraphIntegrityError, Node, ProvenanceGraph, UnknownNodeError
 
 
 def small(path=":memory:") -> ProvenanceGraph:
@@ -66,6 +66,26 @@ def test_history_is_append_only(tmp_path):
     for sql in ("UPDATE node_versions SET body = '{}'", "DELETE FROM node_versions", "DELETE FROM edges", "DELETE FROM nodes"):
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(sql)
+
+
+def test_difference_compares_with_what_was_written(tmp_path):
+    g = small(tmp_path / "p.db")
+    s1 = Node(id="s1", type="source", text="flight HAT001 costs $120", trust=0.9, labels=frozenset({"alice"}))
+    assert g.difference(s1) is None and g.difference(Edge(src="m1", dst="s1", relation="derived_from")) is None
+    assert g.difference(s1.model_copy(update={"trust": 0.5})) == Difference("s1", "trust", 0.9, 0.5)
+    assert g.difference(s1.model_copy(update={"labels": frozenset({"alice", "bob"})})) == Difference("s1", "labels", ["alice"], ["alice", "bob"])
+    assert g.difference(Node(id="s1", type="memory")) == Difference("s1", "type", "source", "memory")  # fields in Node's order
+    assert g.difference(Node(id="s9", type="source")) == Difference("s9", None)
+    g.update_node("s1", reason="found unreliable", trust=0.1, attributes={"n": 1})
+    assert g.difference(s1) is None  # a node is compared as it was created: later versions are its history
+    assert g.update_difference("s1", reason="found unreliable", trust=0.1) is None
+    assert g.update_difference("s1", reason="found unreliable", attributes={"n": True}) == Difference("s1", "attributes.n", 1, True)
+    assert g.update_difference("s1", reason="other", trust=0.1) == Difference("s1", None)
+    assert g.update_difference("nope", reason="found unreliable") == Difference("nope", None)
+    edge = Edge(src="s2", dst="c1", relation="supports", time=2.0, attributes={"tokens": ["a"]})
+    assert g.difference(edge) == Difference("s2 -supports-> c1", "time", 0.0, 2.0)
+    assert g.difference(edge.model_copy(update={"time": 0.0})) == Difference("s2 -supports-> c1", "attributes", {}, {"tokens": ["a"]})
+    assert g.difference(Edge(src="s2", dst="x1", relation="supports")) == Difference("s2 -supports-> x1", None)
 
 
 def test_failed_batch_leaves_nothing():

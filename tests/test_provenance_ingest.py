@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from lab import data
-from lab.provenance import IngestError, NodeType, ProvenanceGraph, Relation
+from lab.provenance import ContentConflictError, DuplicateNodeError, IngestError, NodeType, ProvenanceGraph, Relation
+from lab.provenance.access import AccessPolicy
 from lab.provenance.ingest import ingest_spans, ingest_taubench
 from lab.provenance.ingest.taubench import WRITE_TOOLS
 
@@ -39,7 +40,10 @@ def test_one_trajectory_by_hand(trajectories):
     assert (t["task_id"], t["trial"], len(t["traj"])) == (32, 1, 20)
     g = ProvenanceGraph()
     report = ingest_taubench(g, runs=[82])
-    assert report.model_dump() == {"runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "edges": 16, "run_ids": [RUN]}
+    assert report.model_dump() == {
+        "runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "edges": 16, "run_ids": [RUN],
+        "present": 0, "present_ids": [], "already_present": False,
+    }
     assert _types(g) == {"agent": 2, "source": 3, "claim": 4, "action": 1}
     assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 5, "supports": 7, "used": 2, "generated": 1}
     p = RUN + "/"
@@ -129,7 +133,10 @@ def test_malformed_is_all_or_nothing(tmp_path, trajectories, mutate, where, reas
 def test_spans_fixture():
     g = ProvenanceGraph()
     report = ingest_spans(g, SPANS)
-    assert report.model_dump() == {"runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "edges": 15, "run_ids": ["t1"]}
+    assert report.model_dump() == {
+        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "edges": 15, "run_ids": ["t1"],
+        "present": 0, "present_ids": [], "already_present": False,
+    }
     assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1, "memory": 2}
     assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 8, "supports": 2, "used": 1, "generated": 1, "derived_from": 2}
     assert g.edges(src="t1/s2", relation="acted_on_behalf_of")[0].dst == "t1/s1"
@@ -159,3 +166,139 @@ def test_spans_malformed_is_all_or_nothing(tmp_path):
     with pytest.raises(IngestError, match=r"^<spans> at \[3\]\.attributes\.gen_ai\.memory\.record\.id: search_memory span without"):
         ingest_spans(g, spans)
     assert len(g) == 0
+
+
+# -- re-ingesting: the same content is a no-op that says so, other content under the same ids a typed error
+
+
+def _snapshot(g: ProvenanceGraph) -> tuple:
+    """Every node version and every edge, as stored."""
+    versions = {n.id: [(v, reason, n2.model_dump(mode="json")) for v, reason, n2 in g.history(n.id)] for n in g.nodes()}
+    return versions, [e.model_dump(mode="json") for e in g.edges()]
+
+
+def test_readme_snippet_runs_twice_in_the_same_folder(tmp_path):
+    # the README's snippet, run twice in one folder: the second process reopens runs.db and ingests again
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    first = ingest_taubench(graph)
+    AccessPolicy(graph).grant(RUN + "/agent", "user:sophia_silva_7557")  # a later version of an ingested node
+    before = _snapshot(graph)
+    graph.close()
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    again = ingest_taubench(graph)
+    assert (first.runs, first.present, first.already_present) == (200, 0, False)
+    assert again.already_present and (again.present, again.present_ids) == (200, first.run_ids)
+    assert again.model_dump(exclude={"present", "present_ids", "already_present"}) == {
+        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "edges": 0, "run_ids": []
+    }
+    assert _snapshot(graph) == before and (len(graph), len(graph.edges())) == (2431, 3804)
+    AccessPolicy(graph).grant(RUN + "/agent", "user:sophia_silva_7557")  # the rest of the snippet is idempotent too
+    assert len(graph.history(RUN + "/agent")) == 2
+
+
+def test_reingest_skips_the_runs_stored_already(tmp_path, trajectories):
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_taubench(graph, runs=[0, 82])
+    before = (len(graph), len(graph.edges()))
+    again = ingest_taubench(graph, runs=[82, 0])  # the same graph object, the runs in another order
+    assert again.already_present and again.present_ids == [RUN, "tau-airline/task0/trial0"] and again.runs == 0
+    assert (len(graph), len(graph.edges())) == before
+    graph.close()
+    graph = ProvenanceGraph(tmp_path / "runs.db")  # reopened, as another process would
+    mixed = ingest_taubench(graph, runs=[0, 5, 82])  # one new run among two stored ones: only it is written
+    new = f"tau-airline/task{trajectories[5]['task_id']}/trial{trajectories[5]['trial']}"
+    assert (mixed.runs, mixed.run_ids, mixed.present_ids, mixed.already_present) == (1, [new], ["tau-airline/task0/trial0", RUN], False)
+    assert (len(graph), len(graph.edges())) == (before[0] + mixed.agents + mixed.sources + mixed.claims + mixed.actions, before[1] + mixed.edges)
+    assert ingest_taubench(graph, runs=[82, 82]).present_ids == [RUN, RUN]  # a run named twice is stored once
+
+
+@pytest.mark.parametrize(
+    "mutate, node, field",
+    [
+        (lambda t: t["traj"][11].__setitem__("content", t["traj"][11]["content"].replace("HAT271", "HAT999")), RUN + "/msg11", "text"),
+        (lambda t: t["info"]["task"].__setitem__("user_id", "mallory_1"), RUN + "/user", "text"),
+    ],
+)
+def test_other_content_under_stored_ids_is_an_error(tmp_path, trajectories, mutate, node, field):
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_taubench(graph, runs=[0, 82])
+    before = _snapshot(graph)
+    tampered = copy.deepcopy(trajectories[82])
+    mutate(tampered)
+    path = _write(tmp_path, [trajectories[5], tampered])  # a new run first: it is not written either
+    graph.close()
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    with pytest.raises(ContentConflictError) as info:
+        ingest_taubench(graph, path)
+    e = info.value
+    assert isinstance(e, DuplicateNodeError)  # what the ingest raised before, when any id existed
+    assert (e.id, e.field, e.run, e.file) == (node, field, RUN, str(path))
+    assert str(e).startswith(f"{path}: run {RUN!r} is stored already with other content: node {node!r} has {field} ")
+    assert "nothing was written" in str(e)
+    assert _snapshot(graph) == before  # nothing of the new run nor of the tampered one, nothing lost
+
+
+def test_a_run_stored_in_part_is_an_error(tmp_path, trajectories):
+    whole = ProvenanceGraph()
+    ingest_taubench(whole, runs=[82])
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    graph.add_node(whole.node(RUN + "/agent"))  # the run's first node, exactly as the ingest writes it, and no other
+    with pytest.raises(ContentConflictError) as info:
+        ingest_taubench(graph, runs=[82])
+    assert (info.value.id, info.value.field, info.value.run) == (RUN + "/user", None, RUN)
+    assert f"run {RUN!r} is stored only in part: node {RUN + '/user'!r} is missing but node {RUN + '/agent'!r} is stored" in str(info.value)
+    assert len(graph) == 1 and graph.edges() == []
+
+
+_MEMORY_SPANS = [  # the fixture's trace, later: mem-7 is updated, mem-8 deleted
+    {"name": "update_memory", "context": {"trace_id": "t1", "span_id": "s11"}, "parent_id": "s1", "start_time": "2025-03-01T10:00:10Z",
+     "attributes": {"gen_ai.operation.name": "update_memory", "gen_ai.memory.record.id": "mem-7", "input.value": "Customer prefers phone calls."}},
+    {"name": "delete_memory", "context": {"trace_id": "t1", "span_id": "s12"}, "parent_id": "s1", "start_time": "2025-03-01T10:00:11Z",
+     "attributes": {"gen_ai.operation.name": "delete_memory", "gen_ai.memory.record.id": "mem-8"}},
+]
+
+
+def test_spans_reingest_is_a_noop(tmp_path):
+    spans = json.loads(SPANS.read_text()) + _MEMORY_SPANS
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    first = ingest_spans(graph, spans)
+    assert first.runs == 1 and [r for _, r, _ in graph.history("t1/memory/mem-8")] == ["created", "delete_memory span s12"]
+    before = _snapshot(graph)
+    graph.close()
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    again = ingest_spans(graph, spans)
+    assert again.already_present and (again.runs, again.present_ids, again.edges) == (0, ["t1"], 0)
+    assert _snapshot(graph) == before
+
+
+def test_spans_split_over_two_exports(tmp_path):
+    # the second export of the trace updates and deletes memories the first one stored; each re-ingest is a no-op
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_spans(graph, SPANS)
+    second = ingest_spans(graph, _MEMORY_SPANS)
+    assert (second.runs, second.memories) == (1, 0) and graph.node("t1/memory/mem-7").text == "Customer prefers phone calls."
+    assert graph.node("t1/memory/mem-8").valid is False
+    before = _snapshot(graph)
+    assert ingest_spans(graph, SPANS).already_present and ingest_spans(graph, _MEMORY_SPANS).already_present
+    assert _snapshot(graph) == before
+    changed = copy.deepcopy(_MEMORY_SPANS)
+    changed[0]["attributes"]["input.value"] = "Customer prefers letters."
+    with pytest.raises(ContentConflictError) as info:
+        ingest_spans(graph, changed)
+    assert (info.value.id, info.value.field, info.value.stored, info.value.given) == ("t1/memory/mem-7", "text", "Customer prefers phone calls.", "Customer prefers letters.")
+    assert "version 'update_memory span s11' of node 't1/memory/mem-7' has text" in str(info.value)
+    assert _snapshot(graph) == before
+
+
+def test_spans_other_content_is_an_error(tmp_path):
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_spans(graph, SPANS)
+    before = _snapshot(graph)
+    spans = json.loads(SPANS.read_text())
+    spans[2]["attributes"]["retrieval"]["documents"][0]["document"]["score"] = 0.5
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(spans))
+    with pytest.raises(ContentConflictError) as info:
+        ingest_spans(graph, path)
+    assert (info.value.id, info.value.field, info.value.run, info.value.file) == ("t1/s3/doc0", "attributes.score", "t1", str(path))
+    assert _snapshot(graph) == before

@@ -19,16 +19,18 @@ errors
     :class:`~lab.provenance.errors.ProvenanceError` and its subclasses.
 """
 
-from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, IngestError, ProvenanceError, UnknownNodeError
-from lab.provenance.graph import LINEAGE, Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.errors import ContentConflictError, DuplicateNodeError, GraphIntegrityError, IngestError, ProvenanceError, UnknownNodeError
+from lab.provenance.graph import LINEAGE, Difference, Edge, Node, NodeType, ProvenanceGraph, Relation
 
 __all__ = [
+    "ContentConflictError",
     "DuplicateNodeError",
     "GraphIntegrityError",
     "IngestError",
     "ProvenanceError",
     "UnknownNodeError",
     "LINEAGE",
+    "Difference",
     "Edge",
     "Node",
     "NodeType",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lab import LabError
 
-__all__ = ["ProvenanceError", "UnknownNodeError", "DuplicateNodeError", "GraphIntegrityError", "IngestError"]
+__all__ = ["ProvenanceError", "UnknownNodeError", "DuplicateNodeError", "ContentConflictError", "GraphIntegrityError", "IngestError"]
 
 
 class ProvenanceError(LabError):
@@ -20,6 +20,21 @@ class UnknownNodeError(ProvenanceError, KeyError):
 
 class DuplicateNodeError(ProvenanceError, ValueError):
     """A node id that exists already (nodes are never silently overwritten: use ``update_node``)."""
+
+
+class ContentConflictError(DuplicateNodeError):
+    """Writing content under ids the graph holds already with other content (or holds only some of).
+
+    ``id``: the first such node id (or edge, ``"src -relation-> dst"``); ``field``: its first differing field,
+    ``None`` when it is *missing* from a batch the graph otherwise holds; ``stored`` and ``given``: that field's
+    values; ``run`` and ``file``: the run and the trace being ingested, when known. Nothing of the batch was written.
+    """
+
+    def __init__(
+        self, reason: str, *, id: str, field: str | None = None, stored: object = None, given: object = None, run: str | None = None, file: str | None = None
+    ):
+        self.id, self.field, self.stored, self.given, self.run, self.file, self.reason = id, field, stored, given, run, file, reason
+        super().__init__(f"{file}: {reason}" if file else reason)
 
 
 class GraphIntegrityError(ProvenanceError, ValueError):

@@ -34,7 +34,8 @@ Every node carries its time (epoch seconds), owner agent, permission ``labels``
 is **append-only**: a change to a node writes a new version (:meth:`ProvenanceGraph.history`
 lists them), edges are never removed, and SQLite triggers refuse updates or deletes of
 history. One SQLite file per store (WAL); :meth:`ProvenanceGraph.transaction` makes a
-batch all-or-nothing.
+batch all-or-nothing. :meth:`ProvenanceGraph.difference` compares a node (as it was created) or an edge with the
+stored one, which is what makes re-ingesting the same trace a no-op (:mod:`lab.provenance.ingest`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, UnknownNodeError
 from lab.provenance.lineage import Inherited, LineageClosure, propagate
 
-__all__ = ["NodeType", "Relation", "LINEAGE", "Node", "Edge", "ProvenanceGraph"]
+__all__ = ["NodeType", "Relation", "LINEAGE", "Node", "Edge", "Difference", "ProvenanceGraph"]
 
 
 class NodeType(str, Enum):
@@ -123,6 +124,48 @@ class Edge(BaseModel):
     relation: Relation
     time: float = 0.0
     attributes: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``"src -relation-> dst"``: what identifies the edge (the graph holds one edge per key)."""
+        return f"{self.src} -{self.relation.value}-> {self.dst}"
+
+
+class Difference(NamedTuple):
+    """How the graph's copy of a node or edge differs from a given one (:meth:`ProvenanceGraph.difference`).
+
+    ``key``: the node id, or the edge's :attr:`Edge.key` (``"src -relation-> dst"``); ``field``: the first field that differs
+    (``attributes.score`` for a key of an object field; ``None``: the graph holds nothing under that key); ``stored`` and
+    ``given``: that field's two values (JSON form).
+    """
+
+    key: str
+    field: str | None
+    stored: Any = None
+    given: Any = None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _node_fields(node: Node) -> dict[str, Any]:
+    """A node's fields in JSON form, labels sorted: two nodes are the same node iff these are equal."""
+    data = node.model_dump(mode="json")
+    data["labels"] = sorted(data["labels"])
+    return data
+
+
+def _first_difference(key: str, stored: dict[str, Any], given: dict[str, Any], prefix: str = "") -> Difference | None:
+    """The first field of ``stored`` (in its order) whose JSON form differs in ``given``; within a field that is
+    an object with the same keys on both sides, its first differing key (``attributes.score``)."""
+    for field, value in stored.items():
+        other = given[field]
+        if _canonical(value) != _canonical(other):
+            if isinstance(value, dict) and isinstance(other, dict) and value.keys() == other.keys():
+                return _first_difference(key, value, other, f"{prefix}{field}.")
+            return Difference(key, prefix + field, value, other)
+    return None
 
 
 _SCHEMA = """
@@ -329,6 +372,43 @@ class ProvenanceGraph:
         return node
 
     # -- reads
+
+    def difference(self, item: Node | Edge) -> Difference | None:
+        """``None`` when the graph holds ``item`` exactly as given, else the first :class:`Difference`.
+
+        A node is compared, field by field in :class:`Node`'s order (type, text, time, owner, labels, trust,
+        validity, run, attributes), with the version it was **created** as (version 1): the later versions
+        :meth:`update_node` writes (grants, revocations, invalidation) are its history, not a difference. An
+        edge is compared on ``time`` and ``attributes`` with the stored edge of the same src, dst and relation
+        (:meth:`add_edge` keeps the first of those). Values compare in their JSON form (``1`` is not ``True``).
+        """
+        if isinstance(item, Node):
+            key = item.id
+            row = self._conn.execute("SELECT body FROM node_versions WHERE id = ? AND version = 1", (key,)).fetchone()
+            if row is None:
+                return Difference(key, None)
+            stored, given = _node_fields(_node(row[0])), _node_fields(item)
+        else:
+            key = item.key
+            row = self._conn.execute(
+                "SELECT time, attributes FROM edges WHERE src = ? AND dst = ? AND relation = ?", (item.src, item.dst, item.relation.value)
+            ).fetchone()
+            if row is None:
+                return Difference(key, None)
+            stored = {"time": row[0], "attributes": json.loads(row[1])}
+            given = {"time": item.time, "attributes": json.loads(json.dumps(item.attributes, sort_keys=True))}
+        return _first_difference(key, stored, given)
+
+    def update_difference(self, node_id: str, *, reason: str, **changes: Any) -> Difference | None:
+        """``None`` when the graph holds the version ``update_node(node_id, reason=reason, **changes)`` would
+        write (the first version written with that ``reason``, its ``changes`` fields as given), else the
+        :class:`Difference`: the first differing field, or ``field=None`` when there is no such version."""
+        for _, written_for, node in self.history(node_id) if node_id in self else ():
+            if written_for == reason:
+                stored = _node_fields(node)
+                given = _node_fields(Node.model_validate({**stored, **changes}))
+                return _first_difference(node_id, {f: stored[f] for f in changes}, given)
+        return Difference(node_id, None)
 
     def _parsed(self, node_id: str, version: int, body: str) -> Node:
         """The parsed node version ``(node_id, version)``; versions never change, so the cache is exact."""

@@ -6,7 +6,10 @@
     OpenInference / OpenTelemetry GenAI span exports (JSON).
 
 Both validate their input (:class:`~lab.provenance.errors.IngestError` with the file and the JSON path of the bad
-field), write a whole file in one transaction (all or nothing) and return an :class:`IngestReport`.
+field), write a whole file in one transaction (all or nothing) and return an :class:`IngestReport`. Ingesting again
+is a no-op that says so: a run the graph holds already, with the same content under the same ids, is skipped and
+counted in ``IngestReport.present`` (``already_present`` when every run was); other content under stored ids raises
+:class:`~lab.provenance.errors.ContentConflictError` naming the first differing id and field.
 """
 
 from lab.provenance.ingest.openinference import ingest_spans

@@ -37,7 +37,9 @@ verbatim, contains its external id (document id, memory record id), or shares an
 (``attributes["match"]``: ``"text"``, ``"id"`` or the shared tokens).
 
 All spans of a file are written in one transaction; a malformed span raises
-:class:`~lab.provenance.errors.IngestError` and leaves the graph unchanged.
+:class:`~lab.provenance.errors.IngestError` and leaves the graph unchanged. Ingesting the same export again
+writes nothing and says so (``IngestReport.present``); a run stored with other content raises
+:class:`~lab.provenance.errors.ContentConflictError` (:func:`ingest_spans`).
 """
 
 from __future__ import annotations
@@ -46,11 +48,11 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lab.provenance.errors import IngestError
-from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
-from lab.provenance.ingest.taubench import IngestReport, _load
+from lab.provenance.graph import Difference, Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.ingest.taubench import IngestReport, _load, _stored
 
 __all__ = ["ingest_spans"]
 
@@ -103,18 +105,51 @@ def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
+class _Version(NamedTuple):
+    """A planned :meth:`~lab.provenance.graph.ProvenanceGraph.update_node` (an update or a delete of a memory)."""
+
+    node: str
+    reason: str
+    changes: dict[str, Any]
+
+
+_Write = Node | Edge | _Version
+
+
+def _difference(graph: ProvenanceGraph, w: _Write) -> tuple[str, str, Difference | None]:
+    """``(kind, key, difference)`` of one planned write against the graph (:func:`~lab.provenance.ingest.taubench._stored`)."""
+    if isinstance(w, Node):
+        return "node", w.id, graph.difference(w)
+    if isinstance(w, Edge):
+        return "edge", w.key, graph.difference(w)
+    return f"version {w.reason!r} of node", w.node, graph.update_difference(w.node, reason=w.reason, **w.changes)
+
+
 def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path) -> IngestReport:
     """Ingest a span export (a list of span dicts, or a JSON file) into ``graph``, all or nothing.
 
     Returns
     -------
     IngestReport
-        Counts of what was added (``memories`` counts new memory records; re-versioned ones are not new).
+        Counts of what was added (``memories`` counts new memory records; re-versioned ones are not new); the
+        runs found stored already (``present``, ``present_ids``); ``already_present`` when nothing was written
+        because every run was stored already.
+
+    Re-ingesting is a no-op: the unit is the **run** (a trace id; its spans in this export). A run whose every
+    planned write the graph holds already exactly as given (each node as it was created, each edge, and each
+    memory update or delete as the version it wrote, found by its reason ``update_memory span <span_id>``) is
+    skipped and counted in ``present`` (so is a run with nothing to write); a run none of whose writes is stored is
+    written. Memory records of the same trace stored by an earlier ingest of *other* spans are updated, searched
+    and deleted as before.
 
     Raises
     ------
     IngestError
         A malformed span, with the file (``<spans>`` for an in-memory list) and the path of the bad field.
+    ContentConflictError
+        (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content (``id`` and
+        ``field``: the first differing node, edge or memory version and field) or stored only in part (``id``: the
+        first missing one, ``field`` ``None``); ``run`` names the run. Nothing is written: the graph is unchanged.
     """
     if isinstance(spans_or_path, str | Path):
         file = str(spans_or_path)
@@ -168,11 +203,37 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
             cur, hops = by_id.get(cur["parent"]), hops + 1
         return None
 
+    # -- plan every write (nothing is written until each run is known to be new, stored already, or a conflict)
+    run_spans: dict[str, set[str]] = {}
+    for s in spans:
+        run_spans.setdefault(s["run"], set()).add(s["id"])
+    plan: dict[str, list[_Write]] = {}  # per run, in write order
+    order: list[tuple[str, int]] = []  # (run, index in plan[run]) in the order the spans write them
+    created: set[str] = set()  # node ids the plan creates
+    edge_keys: set[str] = set()
+
+    def write(run: str, w: _Write) -> None:
+        if isinstance(w, Edge):
+            if w.key in edge_keys:
+                return  # the graph keeps one edge per src, dst and relation: the first
+            edge_keys.add(w.key)
+        elif isinstance(w, Node):
+            created.add(w.id)
+        order.append((run, len(plan.setdefault(run, []))))
+        plan[run].append(w)
+
+    def exists(mid: str, run: str) -> bool:
+        """Whether memory ``mid`` exists before this span: created earlier in this file, or stored by an earlier
+        ingest of *other* spans (one this file created itself is planned again, to be recognised as stored)."""
+        if mid in created:
+            return True
+        return mid in graph and graph.history(mid)[0][2].attributes.get("span_id") not in run_spans[run]
+
     report = IngestReport()
-    runs: list[str] = []
-    # records available for consumption, per run: (node id, text, external id or None, start)
-    records: dict[str, list[tuple[str, str, str | None]]] = {}
-    with graph.transaction():
+    with graph.transaction():  # one snapshot for the plan (it reads stored memories) and the writes
+        runs: list[str] = []
+        # records available for consumption, per run: (node id, text, external id or None, start)
+        records: dict[str, list[tuple[str, str, str | None]]] = {}
         for s in sorted(spans, key=lambda s: (s["start"], s["i"])):
             a, p, run, t = s["attrs"], f"[{s['i']}].attributes", s["run"], s["start"]
             if run not in runs:
@@ -208,8 +269,7 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
             if kind == "AGENT":
                 aid = f"{run}/{s['id']}"
                 name = a.get("gen_ai.agent.name") or a.get("graph.node.id") or s["name"]
-                graph.add_node(Node(id=aid, type=NodeType.AGENT, text=str(name), time=t, run=run, attributes={**base, "agent_id": a.get("gen_ai.agent.id")}))
-                report.agents += 1
+                nodes.append(Node(id=aid, type=NodeType.AGENT, text=str(name), time=t, run=run, attributes={**base, "agent_id": a.get("gen_ai.agent.id")}))
                 boss = agent_of(by_id[s["parent"]]) if s["parent"] in by_id else None
                 if boss is not None:
                     edges.append(Edge(src=aid, dst=boss, relation=Relation.ACTED_ON_BEHALF_OF, time=t))
@@ -256,21 +316,20 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
                 mid = f"{run}/memory/{rec}"
                 attrs = {**base, "record_id": rec, "store_id": a.get("gen_ai.memory.store.id"), "operation": s["op"]}
                 if s["op"] == "delete_memory":
-                    if mid not in graph:
+                    if not exists(mid, run):
                         raise err(f"delete_memory of unknown record {rec!r}", f"{p}.gen_ai.memory.record.id")
-                    graph.invalidate(mid, reason=f"delete_memory span {s['id']}")
+                    write(run, _Version(mid, f"delete_memory span {s['id']}", {"valid": False}))  # ProvenanceGraph.invalidate
                 else:
                     text = a.get("input.value") if s["op"] == "update_memory" else a.get("output.value")
                     if not isinstance(text, str):
                         key = "input.value" if s["op"] == "update_memory" else "output.value"
                         raise err(f"{s['op']} span without a string '{key}'", f"{p}.{key}")
-                    if mid in graph:
+                    if exists(mid, run):
                         if s["op"] == "update_memory":
-                            graph.update_node(mid, reason=f"update_memory span {s['id']}", text=text, time=t)
+                            write(run, _Version(mid, f"update_memory span {s['id']}", {"text": text, "time": t}))
                         made.append((mid, text, rec))
                     else:
                         record(Node(id=mid, type=NodeType.MEMORY, text=text, time=t, owner=agent, run=run, attributes=attrs), rec)
-                        report.memories += 1
                     if s["op"] == "update_memory":
                         edges += [Edge(src=mid, dst=rid, relation=Relation.DERIVED_FROM, time=t, attributes=why) for rid, why in consumed() if rid != mid]
             elif kind == "LLM":
@@ -283,16 +342,27 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
                     record(Node(id=cid, type=NodeType.CLAIM, text=out, time=t, owner=agent, run=run, attributes={**base, "model": a.get("llm.model_name", a.get("gen_ai.request.model"))}))
                     edges += [Edge(src=rid, dst=cid, relation=Relation.SUPPORTS, time=t, attributes=why) for rid, why in support]
 
-            graph.add_nodes(nodes)
-            graph.add_edges(edges)
+            for w in (*nodes, *edges):
+                write(run, w)
             records.setdefault(run, []).extend(made)
-            for n in nodes:
-                if n.type == NodeType.SOURCE:
-                    report.sources += 1
-                elif n.type == NodeType.CLAIM:
-                    report.claims += 1
-                elif n.type == NodeType.ACTION:
-                    report.actions += 1
-            report.edges += len(edges)
-    report.runs, report.run_ids = len(runs), runs
+
+        # -- each run: stored already (skip it), new (write it), or a conflict (raise: nothing is written)
+        new: set[str] = set()
+        for run in runs:
+            if _stored((_difference(graph, w) for w in plan.get(run, [])), run, file):
+                report.present += 1
+                report.present_ids.append(run)
+            else:
+                new.add(run)
+                writes = plan.get(run, [])
+                report._count(run, [w for w in writes if isinstance(w, Node)], [w for w in writes if isinstance(w, Edge)])
+        for run, k in order:  # in the planned order, across runs too (an edge may end at another run's agent)
+            if run in new:
+                w = plan[run][k]
+                if isinstance(w, Node):
+                    graph.add_node(w)
+                elif isinstance(w, Edge):
+                    graph.add_edge(w)
+                else:
+                    graph.update_node(w.node, reason=w.reason, **w.changes)
     return report
