@@ -1,4 +1,11 @@
-"""Every teaching notebook runs top to bottom in a fresh kernel (nbclient), as a reader would run it."""
+"""Every teaching notebook runs top to bottom in a fresh kernel (nbclient), as a reader would run it.
+
+Each notebook ends with an exercise: one code cell tagged ``exercise`` that ships with a placeholder,
+and one tagged ``exercise-check`` (source hidden) that says "Exercise: not answered yet" for the
+placeholder. In the same kernel, after the notebook has run, the reference solution
+(``notebooks/solutions/<stem>.py``) followed by the check must print "Exercise: correct", and a
+plausible wrong attempt (``<stem>.wrong.py``) followed by the check must raise AssertionError.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,10 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
 
 
 def _text(cell) -> str:
@@ -25,6 +34,52 @@ def _text(cell) -> str:
 NEEDS_SLURM = {"02_federated_sites.ipynb"}
 
 
+def _exercise(nb, path: Path):
+    """The notebook's exercise cell and hidden check cell, and its reference and wrong solutions' sources."""
+    tagged = {tag: [(i, c) for i, c in enumerate(nb.cells) if tag in c.get("metadata", {}).get("tags", [])] for tag in ("exercise", "exercise-check")}
+    for tag, cells in tagged.items():
+        assert len(cells) == 1 and cells[0][1].cell_type == "code", f"{path.name}: needs exactly one code cell tagged {tag!r}, has {len(cells)}"
+    (i_ex, exercise), (i_check, check) = tagged["exercise"][0], tagged["exercise-check"][0]
+    assert i_ex < i_check, f"{path.name}: the exercise-check cell must come after the exercise cell"
+    assert check.metadata.get("jupyter", {}).get("source_hidden") is True, f"{path.name}: the exercise-check cell needs metadata jupyter.source_hidden = true"
+    sources = []
+    for name in (f"{path.stem}.py", f"{path.stem}.wrong.py"):
+        file = SOLUTIONS / name
+        assert file.is_file(), f"{path.name}: missing notebooks/solutions/{name}"
+        sources.append(file.read_text())
+    assert sources[0].strip() != exercise.source.strip(), f"{path.name}: the reference solution is the shipped exercise cell"
+    return exercise, check, sources[0], sources[1]
+
+
+def _run_extra(client: NotebookClient, nb, source: str):
+    """Execute ``source`` as one more cell in the notebook's running kernel (the cell is not kept in ``nb``)."""
+    cell = nbformat.v4.new_code_cell(source)
+    nb.cells.append(cell)
+    try:
+        client.execute_cell(cell, len(nb.cells) - 1)
+    finally:
+        nb.cells.pop()
+    return cell
+
+
+def _attempt_exercise(client: NotebookClient, nb, path: Path, check, solution: str, wrong: str) -> None:
+    """After the shipped run: the solution passes the check, and the wrong attempt makes it raise."""
+    shipped = _text(check)
+    assert "Exercise: not answered yet" in shipped, f"{path.name}: the shipped check said {shipped!r}"
+    _run_extra(client, nb, solution)
+    passed = _text(_run_extra(client, nb, check.source))
+    assert "Exercise: correct" in passed, f"{path.name}: the reference solution's check said {passed!r}"
+    _run_extra(client, nb, wrong)  # a wrong attempt still runs; only the check refuses it
+    with pytest.raises(CellExecutionError) as refused:
+        _run_extra(client, nb, check.source)
+    assert refused.value.ename == "AssertionError", f"{path.name}: the check should fail the wrong attempt with AssertionError, not {refused.value.ename}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_has_exercise(path):
+    _exercise(nbformat.read(path, as_version=4), path)
+
+
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.parametrize(
@@ -32,7 +87,12 @@ NEEDS_SLURM = {"02_federated_sites.ipynb"}
 )
 def test_notebook_runs_headless(path):
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    exercise, check, solution, wrong = _exercise(nb, path)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    with client.setup_kernel():  # one kernel: the notebook as shipped, then the exercise's attempts
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        _attempt_exercise(client, nb, path, check, solution, wrong)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     if path.name == "01_site_queues.ipynb":
@@ -40,7 +100,7 @@ def test_notebook_runs_headless(path):
         assert "3,170" in _text(code[0])  # the HPC2N trace displayed through kernels_ext
         widget = [c for c in code if "QueueDashboard(" in c.source][0]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
-        answer = _text(code[-1])
+        answer = _text([c for c in code if "median wait of jobs started days 38-45" in c.source][0])
         for site in ("Theta 2022", "Theta 2023", "HPC2N"):
             assert site in answer
     if path.name == "03_provenance.ipynb":
