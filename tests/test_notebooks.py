@@ -116,8 +116,18 @@ def test_notebook_runs_headless(path):
         assert "4,455,420 training and 601,858 validation characters" in out  # the 42 plays through lab.data
         assert "{'fp32': 0, 'fp8': 0, 'gift_fp8': 0, 'scape90': 0}" in out  # four 2-rank torchrun jobs, all exit 0
         assert "all runs finished: True" in out and "fewest bytes: scape90 (0.100 of fp32)" in out
+        assert "by hand == FP8Codec('e4m3').encode(g): True" in out  # the FP8 formula, byte for byte
+        assert "every layer's error lower with GIFT: True" in out  # B^{-1/2} G A^{-1/2} on the fresh model's layers
+        assert "(computed at the end of step 2): True" in out and "unmasked coordinates frozen (parameter and m unchanged): True" in out
+        assert "every run's median step sent exactly the formula's bytes: True" in out  # the byte accounting
+        assert not list(path.parent.glob("runs-*")), "notebook 05 writes its runs into a temporary folder, not next to itself"
         widget = [c for c in code if "TrainingMonitor(" in c.source][0]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
+        root = re.search(r"^runs and their event log in (\S+)$", out, re.M)
+        assert root and Path(root.group(1)).name.startswith("lab05-"), out
+        import shutil
+
+        shutil.rmtree(root.group(1))  # the four runs' folder (kept when an assertion above fails, to look at)
     if path.name == "07_image_restoration.ipynb":
         code = [c for c in nb.cells if c.cell_type == "code"]
         out = "\n".join(_text(c) for c in code)
