@@ -38,16 +38,36 @@ setup: $(STAMP)
 data: setup
 	$(BIN)/python -m lab.data fetch --all
 
+# JupyterLab keeps its workspace (open tabs, layout) in a fresh folder per `make lab`, removed when the
+# lab stops: it opens exactly the notebook in the printed URL (one kernel), never tabs from an earlier run.
+# LAB_WORKSPACES_DIR=dir keeps workspaces in dir instead. jupyter-config/labconfig/page_config.json
+# (found through JUPYTER_CONFIG_PATH) disables the news/update announcements plugin and its toast.
+# notebook_shim (classic-notebook config and extensions, which we do not use) is off: it reads every
+# ServerApp trait at start, and so printed the "ServerApp.token config is deprecated" warning.
+LAB_WORKSPACES_DIR ?=
+LAB_CONFIG_PATH := $(CURDIR)/jupyter-config
+NEW_TOKEN := $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))'
+
 lab: setup
-	@token=$${LAB_TOKEN:-$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))')}; \
+	@token=$${LAB_TOKEN:-$$($(NEW_TOKEN))}; ws='$(LAB_WORKSPACES_DIR)'; \
+	if [ -z "$$ws" ]; then \
+	  ws=$$(mktemp -d -t research-lab-workspaces.XXXXXX) || exit 1; \
+	  trap 'rm -rf "$$ws"' EXIT; trap 'exit 143' TERM; trap 'exit 130' INT; \
+	fi; \
 	echo; echo "  research-lab: open http://127.0.0.1:$(LAB_PORT)/lab/tree/01_site_queues.ipynb?token=$$token"; echo; \
-	exec $(BIN)/jupyter lab --no-browser $(ROOT_FLAG) \
+	JUPYTER_CONFIG_PATH=$(LAB_CONFIG_PATH)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	$(BIN)/jupyter lab --no-browser $(ROOT_FLAG) \
 	  --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
 	  --IdentityProvider.token=$$token --ServerApp.root_dir=$(LAB_ROOT) \
+	  --ServerApp.jpserver_extensions=notebook_shim=False --LabApp.workspaces_dir="$$ws" \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
+# Voila asks for a token too: VOILA_TOKEN, else LAB_TOKEN, else a fresh one; notebooks/voila.json configures it.
 voila: setup
-	cd notebooks && exec ../$(BIN)/voila --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) 01_site_queues.ipynb
+	@token=$${VOILA_TOKEN:-$${LAB_TOKEN:-$$($(NEW_TOKEN))}}; \
+	echo; echo "  research-lab: open http://127.0.0.1:$(VOILA_PORT)/?token=$$token"; echo; \
+	cd notebooks && exec $(abspath $(BIN))/voila --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
+	  --Voila.token=$$token 01_site_queues.ipynb
 
 # The browser test needs Debian's Chromium; as root we install it, otherwise the test fails and says how.
 chromium:

@@ -1,9 +1,12 @@
-"""Helpers for the browser tests: start a `make` server target on a free port, launch Debian's Chromium."""
+"""Helpers for the browser tests: start a `make` server target on a free port, launch Debian's Chromium,
+and wait for the page while watching it for notebook errors (:class:`PageWatch`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,13 +47,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def jupyter_env(folder: Path, **extra: str) -> dict[str, str]:
+    """This process's environment with every folder a Jupyter server, JupyterLab or Voila writes to
+    (config, data, runtime, lab settings and workspaces, temp files) moved under ``folder``, so a test
+    run leaves nothing in the repository, ``~/.jupyter`` or ``~/.local/share/jupyter``."""
+    dirs = {
+        "JUPYTER_CONFIG_DIR": "config",
+        "JUPYTER_DATA_DIR": "data",
+        "JUPYTER_RUNTIME_DIR": "runtime",
+        "JUPYTERLAB_SETTINGS_DIR": "lab-settings",
+        "JUPYTERLAB_WORKSPACES_DIR": "lab-workspaces",
+        "TMPDIR": "tmp",
+    }
+    env = dict(os.environ)
+    for var, sub in dirs.items():
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(folder / sub)
+    env.update(extra)
+    return env
+
+
 @contextlib.contextmanager
-def serve(cmd: list[str], port: int, log_path: Path, *, cwd: Path = ROOT, name: str = "server", timeout_s: float = 120):
+def serve(
+    cmd: list[str],
+    port: int,
+    log_path: Path,
+    *,
+    cwd: Path = ROOT,
+    name: str = "server",
+    timeout_s: float = 120,
+    env: dict[str, str] | None = None,
+):
     """Run ``cmd`` (which listens on ``port``) in its own process group until the port accepts
     connections; yield the port; stop the group afterwards (SIGTERM, then SIGKILL after 30 s).
-    If the server exits or never listens, the test fails with the tail of its log."""
+    The server's environment is ``env``, by default :func:`jupyter_env` of a ``jupyter`` folder beside
+    ``log_path``. If the server exits or never listens, the test fails with the tail of its log."""
+    if env is None:
+        env = jupyter_env(log_path.parent / "jupyter")
     with log_path.open("w+") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             deadline = time.monotonic() + timeout_s
             while True:
@@ -88,23 +123,161 @@ def voila_notebook(code: str, path: Path) -> Path:
 
 @contextlib.contextmanager
 def voila_server(notebook: Path, log_path: Path, timeout_s: float = 120):
-    """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port."""
+    """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port.
+    Tracebacks are shown, so that :class:`PageWatch` can fail with the notebook's own error."""
     import sys
 
     voila = Path(sys.executable).with_name("voila")
     port = free_port()
-    cmd = [str(voila), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", notebook.name]
+    cmd = [str(voila), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", "--show_tracebacks=True", notebook.name]
     with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s) as p:
         yield p
 
 
 @contextlib.contextmanager
-def make_server(target: str, port_var: str, log_path: Path, timeout_s: float = 120, **make_vars: str):
-    """``make -s TARGET PORT_VAR=<free port> ...`` through :func:`serve`; yields the port."""
+def make_server(
+    target: str, port_var: str, log_path: Path, timeout_s: float = 120, env: dict[str, str] | None = None, **make_vars: str
+):
+    """``make -s TARGET PORT_VAR=<free port> ...`` through :func:`serve` (``env`` as there); yields the port."""
     port = free_port()
     args = [f"{port_var}={port}", *(f"{k}={v}" for k, v in make_vars.items())]
-    with serve(["make", "-s", target, *args], port, log_path, name=f"make {target}", timeout_s=timeout_s) as p:
+    with serve(["make", "-s", target, *args], port, log_path, name=f"make {target}", timeout_s=timeout_s, env=env) as p:
         yield p
+
+
+# --- waiting on a page while watching it for notebook errors -------------------------------------
+#
+# JupyterLab 4.6 and Voila 0.5 (lab template) render an error output exactly like a stream to stderr
+# (a warning): `.jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']` around a <pre>.
+# JupyterLab's OutputModel turns an `error` output into {application/vnd.jupyter.error, .../stderr} and
+# no renderer claims the first; nbconvert's lab template (which Voila renders with) writes the same div
+# for `error` as for `stream_stderr`. So the page is read for outputs whose text is a traceback, and in
+# JupyterLab the kernel's own iopub `error` messages are read from its websocket as well.
+
+STDERR_OUTPUTS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+# A traceback, an exception line ("DataNotFoundError: ..." / "SyntaxError: ..."), or Voila's message for an
+# error whose traceback it hides. Warnings ("/path.py:3: UserWarning: ...") match none of these.
+TRACEBACK_RE = r"Traceback \(most recent call last\)|^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |:?$)|^There was an error when executing cell"
+ERROR_OUTPUTS_JS = (
+    f"() => Array.from(document.querySelectorAll({STDERR_OUTPUTS!r})).map(el => el.innerText)"
+    f".filter(t => /{TRACEBACK_RE}/m.test(t))"
+)
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def kernel_message(payload: str | bytes) -> dict | None:
+    """A kernel websocket frame as ``{"channel", "msg_type", "content"}``: jupyter-server 2's binary
+    ``v1.kernel.websocket.jupyter.org`` framing (count, offsets, then channel, header, parent header,
+    metadata, content, buffers) or the legacy JSON text framing. None for anything else."""
+    try:
+        if isinstance(payload, bytes):
+            n = int.from_bytes(payload[:8], "little")
+            offsets = [int.from_bytes(payload[8 * (i + 1) : 8 * (i + 2)], "little") for i in range(n)]
+            parts = [payload[offsets[i] : offsets[i + 1]] for i in range(n - 1)]
+            channel, header, content = parts[0].decode(), json.loads(parts[1]), json.loads(parts[4])
+        else:
+            msg = json.loads(payload)
+            channel, header, content = msg.get("channel"), msg["header"], msg["content"]
+        return {"channel": channel, "msg_type": header["msg_type"], "content": content}
+    except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+
+
+class PageWatch:
+    """Watches a Playwright page that shows a notebook (JupyterLab or Voila) while a test waits on it.
+
+    Make one right after ``browser.new_page()`` (it listens to the page's kernel websockets from then on),
+    then wait with :meth:`wait_for` instead of ``page.wait_for_selector`` / ``wait_for_function`` /
+    ``expect``: it fails the test at once, with the notebook's error text, when an error output appears
+    on the page or the kernel reports an error, and on a timeout it says what it waited for. Either way
+    it saves a screenshot ``<name>-failure.png`` under :data:`ARTIFACTS` first.
+    """
+
+    def __init__(self, page, name: str):
+        self.page = page
+        self.name = name
+        self.kernel_errors: list[str] = []
+        self.page_errors: list[str] = []  # uncaught JavaScript exceptions; tests assert on them at the end
+        page.on("websocket", self._on_websocket)
+        page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+
+    def _on_websocket(self, ws) -> None:
+        if "/api/kernels/" in ws.url and "/channels" in ws.url:
+            ws.on("framereceived", self._on_frame)
+
+    def _on_frame(self, payload) -> None:
+        msg = kernel_message(payload)
+        if msg and msg["channel"] == "iopub" and msg["msg_type"] == "error":
+            c = msg["content"]
+            traceback = ANSI_RE.sub("", "\n".join(c.get("traceback") or []))
+            self.kernel_errors.append(f"{c.get('ename')}: {c.get('evalue')}\n{traceback}".strip())
+
+    def errors(self) -> list[str]:
+        """The kernel's error messages so far, then the page's error outputs (each a traceback's text)."""
+        try:
+            outputs = self.page.evaluate(ERROR_OUTPUTS_JS)
+        except Exception:  # the page is navigating: nothing to read yet
+            outputs = []
+        return [*self.kernel_errors, *outputs]
+
+    def screenshot(self, show_error: bool = False) -> Path | str:
+        """``<name>-failure.png`` under :data:`ARTIFACTS`; with ``show_error``, once Voila's spinner
+        (which covers the outputs for a second or two) is gone and the last error output is in view."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{self.name}-failure.png"
+        try:
+            if show_error:
+                with contextlib.suppress(Exception):
+                    self.page.wait_for_function(
+                        "() => { const el = document.getElementById('loading'); return !el || el.style.display === 'none'; }",
+                        timeout=5_000,
+                    )
+                with contextlib.suppress(Exception):
+                    self.page.locator(STDERR_OUTPUTS).last.scroll_into_view_if_needed(timeout=2_000)
+            self.page.screenshot(path=str(path), full_page=True)
+        except Exception as exc:  # noqa: BLE001 - a failure must still say why
+            return f"(none: {exc})"
+        return path
+
+    def fail(self, message: str, show_error: bool = False) -> None:
+        pytest.fail(f"{message}\nscreenshot: {self.screenshot(show_error)}", pytrace=False)
+
+    def check(self, what: str = "the page") -> None:
+        """Fail now if the notebook has raised so far."""
+        errors = self.errors()
+        if errors:
+            text = "\n---\n".join(e[-3000:] for e in errors)
+            self.fail(f"the notebook raised while waiting for {what}:\n{text}", show_error=True)
+
+    def wait_for(self, condition, *, what: str | None = None, timeout_s: float = 60, arg=None, poll_s: float = 0.25):
+        """Wait until ``condition`` holds, checking for notebook errors between polls.
+
+        ``condition``: a JavaScript function (source text, called with ``arg``) that returns a truthy value
+        when done, or a Playwright locator or CSS selector (done when its first match is visible). Returns
+        the function's value (or True). A function that throws counts as "not yet" (an element it reads may
+        not exist yet); the last such exception is in the timeout message.
+        """
+        what = what or (condition if isinstance(condition, str) else str(condition))
+        if isinstance(condition, str) and not re.match(r"\s*(\(|async\b|function\b|\w+\s*=>)", condition):
+            condition = self.page.locator(condition)
+        deadline = time.monotonic() + timeout_s
+        last_exc = None
+        while True:
+            self.check(what)
+            try:
+                if isinstance(condition, str):
+                    value = self.page.evaluate(condition, arg)
+                else:
+                    value = condition.first.is_visible()
+                if value:
+                    return value
+            except Exception as exc:  # noqa: BLE001 - Playwright's Error, a JS exception, a navigation
+                last_exc = exc
+            if time.monotonic() > deadline:
+                self.check(what)
+                note = f" (last attempt raised: {str(last_exc).strip()[:500]})" if last_exc else ""
+                self.fail(f"timed out after {timeout_s:g} s waiting for {what}{note}")
+            self.page.wait_for_timeout(poll_s * 1000)  # lets Playwright deliver websocket events
 
 
 def pending_at_day(day: float) -> list[int]:
@@ -121,13 +294,18 @@ STATE_JS = """() => { const el = document.querySelector('.js-plotly-plot');
 TABLES_JS = "() => Array.from(document.querySelectorAll('.lab-pending-table')).map(el => el.innerText)"
 
 
-def check_dashboard_follows_slider(page, screenshot: str) -> None:
+def check_dashboard_follows_slider(watch: PageWatch, screenshot: str) -> None:
     """On a page showing 01_site_queues' dashboard: it opens at day 30; one day of slider moves
     every site's marker, "pending now" dot and pending-jobs table. Saves a screenshot."""
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 3 * 6", timeout=300_000)
-    page.wait_for_function(
+    page = watch.page
+    watch.wait_for(
+        "() => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 3 * 6",
+        what="the dashboard's figure (3 sites x 6 traces)",
+        timeout_s=300,
+    )
+    watch.wait_for(
         "() => Array.from(document.querySelectorAll('.lab-pending-table')).filter(e => e.innerText.includes('longest-waiting')).length >= 2",
-        timeout=60_000,
+        what="the pending-jobs tables",
     )
     before_state, before_tables = page.evaluate(STATE_JS), page.evaluate(TABLES_JS)
     assert len(before_tables) == 3
@@ -138,10 +316,13 @@ def check_dashboard_follows_slider(page, screenshot: str) -> None:
     handle.focus()
     for _ in range(4):  # 4 steps of 6 h, pressed without waiting: one day later
         page.keyboard.press("ArrowRight")
-    page.wait_for_function(
-        "() => document.querySelector('.js-plotly-plot').layout.shapes.every(s => Math.abs(s.x0 - 31) < 1e-9)", timeout=60_000
+    watch.wait_for(
+        "() => document.querySelector('.js-plotly-plot').layout.shapes.every(s => Math.abs(s.x0 - 31) < 1e-9)",
+        what="every site's day marker at day 31",
     )
-    page.wait_for_function(f"(before) => ({TABLES_JS})().some((t, i) => t !== before[i])", arg=before_tables, timeout=60_000)
+    watch.wait_for(
+        f"(before) => ({TABLES_JS})().some((t, i) => t !== before[i])", arg=before_tables, what="the tables to change"
+    )
     after_state, after_tables = page.evaluate(STATE_JS), page.evaluate(TABLES_JS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.locator(".widget-slider").first.scroll_into_view_if_needed()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, voila_notebook, voila_server
+from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, PageWatch, chromium, voila_notebook, voila_server
 
 
 NOTEBOOK_CODE = f"""
@@ -59,14 +59,13 @@ def test_click_on_a_node_reaches_python_and_highlights_its_lineage(tmp_path):
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            watch = PageWatch(page, "provenance_explorer_click")
             page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
-            page.wait_for_selector(".lab-pe-cy canvas", timeout=300_000)
-            page.wait_for_function(
+            watch.wait_for(page.locator(".lab-pe-cy canvas"), what="the explorer's canvas", timeout_s=300)
+            watch.wait_for(
                 "() => { const el = document.querySelector('.lab-pe-cy').closest('.lab-pe').parentElement;"
                 " return el.__cy && el.__cy.nodes().length === 7 && el.__cy.container().clientWidth > 0; }",
-                timeout=60_000,
+                what="the graph's 7 nodes, laid out",
             )
             page.locator(".lab-pe-cy").scroll_into_view_if_needed()
             page.wait_for_timeout(500)  # let the layout's fit settle
@@ -81,15 +80,18 @@ def test_click_on_a_node_reaches_python_and_highlights_its_lineage(tmp_path):
                 "() => document.querySelector('.lab-pe-cy').closest('.lab-pe').parentElement.__cy.$id('m1').data('reason')"
             )
             page.mouse.click(x, y)
-            page.wait_for_function(
-                "() => document.querySelector('.lab-selected-label').innerText.includes('selected: m1')", timeout=60_000
+            watch.wait_for(
+                "() => document.querySelector('.lab-selected-label').innerText.includes('selected: m1')",
+                what="the Python-side label to say 'selected: m1'",
             )
-            page.wait_for_function(
+            watch.wait_for(
                 """() => { const cy = document.querySelector('.lab-pe-cy').closest('.lab-pe').parentElement.__cy;
                    return cy.$id('s1').hasClass('ancestor') && cy.$id('x1').hasClass('descendant') && cy.$id('m1').hasClass('focus'); }""",
-                timeout=60_000,
+                what="m1's lineage highlighted",
             )
-            page.wait_for_function("() => document.querySelector('.lab-pe-detail').innerText.includes('balance summary')", timeout=60_000)
+            watch.wait_for(
+                "() => document.querySelector('.lab-pe-detail').innerText.includes('balance summary')", what="m1's details"
+            )
             classes = page.evaluate(
                 "() => { const cy = document.querySelector('.lab-pe-cy').closest('.lab-pe').parentElement.__cy;"
                 " return Object.fromEntries(cy.nodes().map(n => [n.id(), n.classes()])); }"
@@ -98,6 +100,6 @@ def test_click_on_a_node_reaches_python_and_highlights_its_lineage(tmp_path):
             assert "ancestor" in classes["s1"] and "descendant" in classes["c1"] and "faded" in classes["bob"]
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "provenance_explorer_click.png"))
-            assert not errors, errors
+            assert not watch.page_errors, watch.page_errors
         finally:
             browser.close()

@@ -2,33 +2,81 @@
 runs every cell, and drives the dashboard as a new user would.
 
 The notebooks are copied to a temporary root (``LAB_ROOT``) so that JupyterLab's autosave never
-writes outputs into the checked-in notebook. Fails (never skips) without Chromium.
+writes outputs into the checked-in notebook, and every Jupyter folder (config, data, runtime, lab
+settings and workspaces, temp) is under ``tmp_path`` (:func:`tests.browser.jupyter_env`). The user's
+workspaces folder holds a stale workspace with 07_image_restoration.ipynb open, as after an earlier
+lab: `make lab` must ignore it, open exactly the notebook in its URL and start one kernel. A second
+test proves that a notebook that raises ends the wait at once with the kernel's error.
+Fails (never skips) without Chromium.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import shutil
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, ROOT, check_dashboard_follows_slider, chromium, make_server
+from tests.browser import (
+    CHROMIUM_ARGS,
+    ERROR_OUTPUTS_JS,
+    ROOT,
+    PageWatch,
+    check_dashboard_follows_slider,
+    chromium,
+    jupyter_env,
+    make_server,
+    voila_notebook,
+)
+
+# The status bar's "Python 3 (ipykernel) | Idle": the toolbar reads idle before the kernel is ready.
+KERNEL_IDLE_JS = (
+    "() => Array.from(document.querySelectorAll('.jp-StatusBar-Widget'))"
+    ".some(e => e.innerText.includes('Python 3') && e.innerText.includes('Idle'))"
+)
+TABS_JS = "() => Array.from(document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel')).map(e => e.innerText)"
+DISABLED_JS = "() => JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions"
+ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
+
+
+def stale_workspace(folder: Path) -> None:
+    """The default workspace an earlier lab left, with 07_image_restoration.ipynb open."""
+    widget = "notebook:07_image_restoration.ipynb"
+    data = {
+        "layout-restorer:data": {"main": {"dock": {"type": "tab-area", "currentIndex": 0, "widgets": [widget]}, "current": widget}},
+        widget: {"data": {"path": "07_image_restoration.ipynb", "factory": "Notebook"}},
+    }
+    (folder / "default-37a8.jupyterlab-workspace").write_text(json.dumps({"data": data, "metadata": {"id": "default"}}))
+
+
+def run_all_cells(page) -> None:
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
 
 
 @pytest.mark.browser
 @pytest.mark.slow
 def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     executable = chromium()
     root = tmp_path / "notebooks"
     shutil.copytree(ROOT / "notebooks", root)
     token = secrets.token_urlsafe(16)
-    with make_server("lab", "LAB_PORT", tmp_path / "lab.log", LAB_TOKEN=token, LAB_ROOT=str(root)) as port:
+    env = jupyter_env(tmp_path / "jupyter")
+    stale_workspace(Path(env["JUPYTERLAB_WORKSPACES_DIR"]))
+    run_workspaces = lambda: list(Path(env["TMPDIR"]).glob("research-lab-workspaces.*"))  # noqa: E731
+    log = tmp_path / "lab.log"
+    with make_server("lab", "LAB_PORT", log, env=env, LAB_TOKEN=token, LAB_ROOT=str(root)) as port:
         base = f"http://127.0.0.1:{port}"
+        assert f"{base}/lab/tree/01_site_queues.ipynb?token={token}" in log.read_text()
+        assert len(run_workspaces()) == 1  # this run's own workspaces folder
         with pytest.raises(urllib.error.HTTPError) as refused:  # the token is required
             urllib.request.urlopen(f"{base}/api/contents", timeout=30)
         assert refused.value.code == 403
@@ -36,14 +84,67 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
             browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1100})
+                watch = PageWatch(page, "lab_queue_dashboard")
                 page.goto(f"{base}/lab/tree/01_site_queues.ipynb?token={token}", timeout=300_000)
-                # The toolbar reads idle before the kernel is ready; the status bar's "| Idle" is reliable.
-                expect(page.locator(".jp-StatusBar-Widget", has_text="Python 3").first).to_contain_text("Idle", timeout=180_000)
-                page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-                page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
-                check_dashboard_follows_slider(page, "lab_queue_dashboard.png")
+                watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
+                # a clean workspace: exactly the notebook in the URL, one kernel
+                assert page.evaluate(TABS_JS) == ["01_site_queues.ipynb"]
+                kernels = json.load(urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=30))
+                assert len(kernels) == 1, kernels
+                run_all_cells(page)
+                check_dashboard_follows_slider(watch, "lab_queue_dashboard.png")
                 # every code cell ran, none wrote to stderr (tracebacks render there)
                 stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
                 assert stderr.count() == 0, stderr.all_inner_texts()
+                # no "get notified about official Jupyter news?" toast: its plugin is disabled
+                assert ANNOUNCEMENTS in page.evaluate(DISABLED_JS)
+                toasts = page.locator(".Toastify__toast").all_inner_texts()
+                assert not [t for t in toasts if "official Jupyter news" in t], toasts
             finally:
                 browser.close()
+    assert run_workspaces() == []  # removed when the lab stopped
+    assert "deprecated" not in log.read_text().lower()
+
+
+RAISING_CELL = """
+class DataNotFoundError(FileNotFoundError):
+    pass
+
+raise DataNotFoundError("no copy of theta_2022.swf here (this test's own error)")
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_lab_notebook_error_fails_the_wait_at_once_with_the_kernels_error(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    voila_notebook(RAISING_CELL, root / "raises.ipynb")
+    token = secrets.token_urlsafe(16)
+    with make_server("lab", "LAB_PORT", tmp_path / "lab.log", LAB_TOKEN=token, LAB_ROOT=str(root)) as port:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 800})
+                watch = PageWatch(page, "lab_raising_notebook")
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/raises.ipynb?token={token}", timeout=300_000)
+                watch.wait_for(KERNEL_IDLE_JS, what="the kernel", timeout_s=180)
+                run_all_cells(page)
+                start = time.monotonic()
+                with pytest.raises(pytest.fail.Exception) as failed:
+                    watch.wait_for(page.locator(".js-plotly-plot"), what="the figure", timeout_s=300)
+                elapsed = time.monotonic() - start
+                # the page's error output is read as one too (the kernel's message may come first)
+                page.wait_for_function(f"() => ({ERROR_OUTPUTS_JS})().length === 1", timeout=10_000)
+                page_error = page.evaluate(ERROR_OUTPUTS_JS)[0]
+            finally:
+                browser.close()
+    message = str(failed.value)
+    assert elapsed < 15, elapsed
+    assert "the notebook raised while waiting for the figure" in message
+    assert "DataNotFoundError: no copy of theta_2022.swf here (this test's own error)" in message
+    assert len(watch.kernel_errors) == 1 and "Traceback (most recent call last)" in watch.kernel_errors[0]
+    assert "DataNotFoundError: no copy of theta_2022.swf here" in page_error

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, chromium, voila_notebook, voila_server
+from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, PageWatch, chromium, voila_notebook, voila_server
 
 
 NOTEBOOK_CODE = f"""
@@ -43,14 +43,13 @@ def test_method_change_and_run_update_the_restoration(tmp_path):
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 1250})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            watch = PageWatch(page, "restoration_demo")
             page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
-            page.wait_for_selector(".lab-restoration-demo", timeout=300_000)
-            page.wait_for_function(f"() => ({IMAGES_JS})() === 4", timeout=120_000)  # the four panels, decoded
-            page.wait_for_function(
+            watch.wait_for(page.locator(".lab-restoration-demo"), what="the restoration demo", timeout_s=300)
+            watch.wait_for(f"() => ({IMAGES_JS})() === 4", what="the four image panels, decoded", timeout_s=120)
+            watch.wait_for(
                 "() => Array.from(document.querySelectorAll('.lab-rd-metric')).filter(e => e.innerText.includes('PSNR')).length === 3",
-                timeout=60_000,
+                what="three PSNR labels",
             )
             label, src = page.evaluate(RESTORED_JS)
             assert "PSNR" in label and "SSIM" in label
@@ -58,11 +57,15 @@ def test_method_change_and_run_update_the_restoration(tmp_path):
 
             page.locator(".lab-rd-method select").select_option(label="re-coupled ADMM (lab variant)")
             page.locator(".lab-rd-run button, button.lab-rd-run").first.click()
-            page.wait_for_function(
-                "(before) => document.querySelector('.lab-rd-metric-restored').innerText !== before", arg=label, timeout=120_000
+            watch.wait_for(
+                "(before) => document.querySelector('.lab-rd-metric-restored').innerText !== before",
+                arg=label,
+                what="a new restored-image PSNR label",
+                timeout_s=120,
             )
-            page.wait_for_function(
-                "() => document.querySelector('.lab-rd-status').innerText.includes('re-coupled ADMM')", timeout=60_000
+            watch.wait_for(
+                "() => document.querySelector('.lab-rd-status').innerText.includes('re-coupled ADMM')",
+                what="the status to name re-coupled ADMM",
             )
             new_label, new_src = page.evaluate(RESTORED_JS)
             assert new_label != label and new_src != src
@@ -71,11 +74,11 @@ def test_method_change_and_run_update_the_restoration(tmp_path):
             assert abs(psnr(new_label) - psnr(bayes)) < 0.5, (new_label, bayes)  # the variant reaches the Bayes ceiling
             assert page.locator(".lab-rd-hyper-dual_step").count() == 1  # the variant's own hyper-parameter fields
             # the chart holds the variant's series (4 defect terms, 2 mismatches, sigma_y), its marker at the last step
-            page.wait_for_function(
+            watch.wait_for(
                 "() => { const el = document.querySelector('.lab-restoration-demo .js-plotly-plot');"
                 " return el && el.data.length === 7 && el.data.every(d => d.x.length > 0)"
                 " && el.layout.shapes.every(s => s.x0 === 49); }",
-                timeout=60_000,
+                what="the chart's 7 series, marker at step 49",
             )
 
             # scrub the trajectory: the step label and the chart's markers follow the slider to step 39
@@ -83,13 +86,13 @@ def test_method_change_and_run_update_the_restoration(tmp_path):
             page.locator(".lab-rd-slider .noUi-handle").first.focus()
             for _ in range(10):
                 page.keyboard.press("ArrowLeft")
-            page.wait_for_function(
+            watch.wait_for(
                 "() => document.querySelector('.lab-rd-step').innerText.includes('step 39 ') &&"
                 " document.querySelector('.lab-restoration-demo .js-plotly-plot').layout.shapes.every(s => s.x0 === 39)",
-                timeout=60_000,
+                what="step 39 on the label and the chart",
             )
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "restoration_demo.png"), full_page=True)
-            assert not errors, errors
+            assert not watch.page_errors, watch.page_errors
         finally:
             browser.close()
