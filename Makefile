@@ -55,19 +55,20 @@ lab: setup
 	  trap 'rm -rf "$$ws"' EXIT; trap 'exit 143' TERM; trap 'exit 130' INT; \
 	fi; \
 	echo; echo "  research-lab: open http://127.0.0.1:$(LAB_PORT)/lab/tree/01_site_queues.ipynb?token=$$token"; echo; \
-	JUPYTER_CONFIG_PATH=$(LAB_CONFIG_PATH)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
-	$(BIN)/jupyter lab --no-browser $(ROOT_FLAG) \
+	JUPYTER_TOKEN=$$token JUPYTER_CONFIG_PATH="$(LAB_CONFIG_PATH)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	"$(BIN)/jupyter" lab --no-browser $(ROOT_FLAG) \
 	  --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
-	  --IdentityProvider.token=$$token --ServerApp.root_dir=$(LAB_ROOT) \
+	  --ServerApp.root_dir="$(LAB_ROOT)" \
 	  --ServerApp.jpserver_extensions=notebook_shim=False --LabApp.workspaces_dir="$$ws" \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
-# Voila asks for a token too: VOILA_TOKEN, else LAB_TOKEN, else a fresh one; notebooks/voila.json configures it.
+# Voila asks for a token too: VOILA_TOKEN, else LAB_TOKEN, else a fresh one. Both servers get their token through
+# the environment (JUPYTER_TOKEN), never the command line, where `ps` would show it to every user of a login node.
 voila: setup
 	@token=$${VOILA_TOKEN:-$${LAB_TOKEN:-$$($(NEW_TOKEN))}}; \
 	echo; echo "  research-lab: open http://127.0.0.1:$(VOILA_PORT)/?token=$$token"; echo; \
-	cd notebooks && exec $(abspath $(BIN))/voila --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
-	  --Voila.token=$$token 01_site_queues.ipynb
+	cd notebooks && JUPYTER_TOKEN=$$token exec "$(abspath $(BIN))/voila" --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
+	  --Voila.auto_token=True 01_site_queues.ipynb
 
 # The browser test needs Debian's Chromium; as root we install it, otherwise the test fails and says how.
 chromium:
