@@ -517,3 +517,17 @@ def test_the_wheel_carries_the_bundled_data_and_its_licences(tmp_path):
     assert len(shipped) == len(EXPECTED) + 3  # the data files, two licences and the README
     assert shipped <= members, sorted(shipped - members)
     assert "lab/data/registry.toml" in members
+
+
+def test_cli_lists_a_data_set_not_local_yet_as_fetched_on_first_use(tmp_path, monkeypatch):
+    """A file data set with no local copy is not a failure of `list`: fetch() downloads it on first use."""
+    from lab.data.report import check, format_rows
+
+    empty = tmp_path / "no-bundle"
+    empty.mkdir()
+    monkeypatch.setattr(data, "_BUNDLED_DIR", empty)
+    monkeypatch.setenv("LAB_DATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LAB_DATA_DIR", raising=False)
+    (row,) = check(["hpc2n"])
+    assert row.ok and (row.source, row.path) == ("url", None)
+    assert f"hpc2n  url           {data.info('hpc2n').url} (downloaded on first use)" in format_rows([row])

@@ -12,8 +12,8 @@ a verified local file, looking in this order:
 3. the pooch cache (``$LAB_DATA_CACHE``, default ``pooch.os_cache("research-lab")``);
 4. the public URL, downloaded into the cache by pooch and verified there.
 
-Nothing outside the checkout (or the installed package) is looked at unless
-``$LAB_DATA_DIR`` or ``$LAB_DATA_CACHE`` names it. :func:`resolve` says where a
+Besides the checkout (or the installed package), only ``$LAB_DATA_DIR`` and the
+download cache are looked at. :func:`resolve` says where a
 name resolved (``Resolved.source``); ``python -m lab.data`` (``make data``)
 verifies or fetches every registered data set and prints where each resolved.
 
@@ -390,7 +390,9 @@ def fetch(name: str, *, download: bool = True) -> Path:
     UnknownDatasetError
         ``name`` is not registered.
     ChecksumError
-        A local or downloaded copy has the wrong sha256 (names file, expected and actual digest).
+        A local copy, or the member extracted from a downloaded archive, has the wrong sha256 (names
+        the file, the expected and the actual digest). A plain download with the wrong sha256 is
+        deleted by pooch and reported as :class:`DataNotFoundError` ("download failed: ... hash").
     DataNotFoundError
         No copy in ``$LAB_DATA_DIR``, the bundled files or the cache, and the download failed or was
         not allowed; the message lists every place looked. For a package data set: the package is not

@@ -25,12 +25,14 @@ class Row:
         Registry key.
     source : str or None
         :attr:`lab.data.Resolved.source` when it resolved (``"LAB_DATA_DIR"``, ``"bundled"``,
-        ``"cache"``, ``"downloaded"``, ``"package"``), else None.
+        ``"cache"``, ``"downloaded"``, ``"package"``); ``"url"`` for a file data set with no local
+        copy when downloads were not allowed (fine: :func:`lab.data.fetch` downloads it on first
+        use); None when it did not resolve.
     path : pathlib.Path or None
         The verified file or folder, when it resolved.
     problem : str or None
-        Why it did not resolve: the registry's error message (missing, corrupted, not installed,
-        or "not local" when downloads were not allowed).
+        Why it did not resolve: the registry's error message (missing everywhere, corrupted,
+        package not installed).
     """
 
     name: str
@@ -79,9 +81,10 @@ def check(names: Iterable[str] | None = None, *, download: bool = False, progres
                 found = data.resolve(name, download=download, progressbar=progress)
                 rows.append(Row(name, found.source, found.path))
             except data.DataNotFoundError as exc:
-                ds = data.info(name)
-                local_only = not download and ds.kind != "package"
-                rows.append(Row(name, problem="not local (fetched from its URL on first use)" if local_only else str(exc)))
+                if not download and data.info(name).kind != "package":
+                    rows.append(Row(name, "url"))  # not local yet: fetch() downloads it on first use
+                else:
+                    rows.append(Row(name, problem=str(exc)))
             except data.ChecksumError as exc:
                 rows.append(Row(name, problem=f"CORRUPTED: {exc}"))
             if bar is not None:
@@ -97,5 +100,6 @@ def format_rows(rows: list[Row]) -> str:
     width = max((len(r.name) for r in rows), default=4)
     lines = [f"{'name':{width}s}  {'source':12s}  path"]
     for r in rows:
-        lines.append(f"{r.name:{width}s}  {(r.source or 'MISSING'):12s}  {r.path if r.ok else r.problem}")
+        where = r.problem if not r.ok else (f"{data.info(r.name).url} (downloaded on first use)" if r.path is None else r.path)
+        lines.append(f"{r.name:{width}s}  {(r.source or 'MISSING'):12s}  {where}")
     return "\n".join(lines)

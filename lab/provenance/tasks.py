@@ -9,7 +9,7 @@ Domains
 ``airline``
     Users and their reservations from the real tau-bench airline database
     (``users.json``, ``reservations.json``, ``flights.json`` under
-    ``lab.data.data_dir() / "agent-traces/tau-bench/airline"``, read by :func:`airline_db`).
+    the registry's ``tau_bench_airline_*`` data sets, shipped in ``lab/data/files``, read by :func:`airline_db`).
 ``banking``
     A small synthetic set: 40 customers (``cust_<first>_<last>``), each with 3 accounts
     (``ACC-<5 digits>``), payees and amounts drawn from fixed lists (:data:`_FIRST`, :data:`_LAST`).
