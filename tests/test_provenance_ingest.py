@@ -13,6 +13,8 @@ from lab import data
 from lab.provenance import ContentConflictError, DuplicateNodeError, IngestError, NodeType, ProvenanceGraph, Relation
 from lab.provenance.access import AccessPolicy
 from lab.provenance.ingest import ingest_spans, ingest_taubench
+from lab.provenance.graph import Difference
+from lab.provenance.ingest._runs import Verdict, verdict
 from lab.provenance.ingest.taubench import WRITE_TOOLS
 
 SPANS = Path(__file__).parent / "data" / "openinference_spans.json"
@@ -41,8 +43,8 @@ def test_one_trajectory_by_hand(trajectories):
     g = ProvenanceGraph()
     report = ingest_taubench(g, runs=[82])
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "edges": 16, "run_ids": [RUN],
-        "present": 0, "present_ids": [], "already_present": False,
+        "runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "versions": 0, "edges": 16, "run_ids": [RUN],
+        "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert _types(g) == {"agent": 2, "source": 3, "claim": 4, "action": 1}
     assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 5, "supports": 7, "used": 2, "generated": 1}
@@ -134,8 +136,8 @@ def test_spans_fixture():
     g = ProvenanceGraph()
     report = ingest_spans(g, SPANS)
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "edges": 15, "run_ids": ["t1"],
-        "present": 0, "present_ids": [], "already_present": False,
+        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "versions": 0, "edges": 15, "run_ids": ["t1"],
+        "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1, "memory": 2}
     assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 8, "supports": 2, "used": 1, "generated": 1, "derived_from": 2}
@@ -189,7 +191,8 @@ def test_readme_snippet_runs_twice_in_the_same_folder(tmp_path):
     assert (first.runs, first.present, first.already_present) == (200, 0, False)
     assert again.already_present and (again.present, again.present_ids) == (200, first.run_ids)
     assert again.model_dump(exclude={"present", "present_ids", "already_present"}) == {
-        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "edges": 0, "run_ids": []
+        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "versions": 0, "edges": 0, "run_ids": [],
+        "extended": 0, "extended_ids": [], "empty": 0, "empty_ids": [],
     }
     assert _snapshot(graph) == before and (len(graph), len(graph.edges())) == (2431, 3804)
     AccessPolicy(graph).grant(RUN + "/agent", "user:sophia_silva_7557")  # the rest of the snippet is idempotent too
@@ -238,16 +241,61 @@ def test_other_content_under_stored_ids_is_an_error(tmp_path, trajectories, muta
     assert _snapshot(graph) == before  # nothing of the new run nor of the tampered one, nothing lost
 
 
-def test_a_run_stored_in_part_is_an_error(tmp_path, trajectories):
+def test_a_run_stored_in_part_is_completed(tmp_path, trajectories):
+    # (was test_a_run_stored_in_part_is_an_error) the graph holds one node of the run, exactly as the ingest writes
+    # it: the ingest writes exactly the rest, and the graph ends as if the run had been ingested whole
     whole = ProvenanceGraph()
     ingest_taubench(whole, runs=[82])
     graph = ProvenanceGraph(tmp_path / "runs.db")
-    graph.add_node(whole.node(RUN + "/agent"))  # the run's first node, exactly as the ingest writes it, and no other
-    with pytest.raises(ContentConflictError) as info:
-        ingest_taubench(graph, runs=[82])
-    assert (info.value.id, info.value.field, info.value.run) == (RUN + "/user", None, RUN)
-    assert f"run {RUN!r} is stored only in part: node {RUN + '/user'!r} is missing but node {RUN + '/agent'!r} is stored" in str(info.value)
-    assert len(graph) == 1 and graph.edges() == []
+    graph.add_node(whole.node(RUN + "/agent"))
+    report = ingest_taubench(graph, runs=[82])
+    assert report.model_dump(include={"runs", "extended", "extended_ids", "agents", "sources", "claims", "actions", "edges", "present", "already_present"}) == {
+        "runs": 0, "extended": 1, "extended_ids": [RUN], "agents": 1, "sources": 3, "claims": 4, "actions": 1, "edges": 16, "present": 0, "already_present": False,
+    }
+    assert _snapshot(graph) == _snapshot(whole)
+    assert ingest_taubench(graph, runs=[82]).already_present
+
+
+def test_a_trajectory_ingested_in_progress_then_whole(tmp_path, trajectories):
+    # the trajectory up to its booking call (msg 16), then whole: only the booking's result, the last claim and
+    # their edges are new
+    path = _write(tmp_path, [{**trajectories[82], "traj": trajectories[82]["traj"][:17]}])
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    assert ingest_taubench(graph, path).run_ids == [RUN] and RUN + "/msg17" not in graph
+    before = _snapshot(graph)
+    report = ingest_taubench(graph, runs=[82])
+    assert (report.runs, report.extended_ids, report.sources, report.claims, report.actions, report.already_present) == (0, [RUN], 1, 1, 0, False)
+    # msg17 generated by the booking; claim 18 attributed to the agent and supported by msg 7, 11 and 17
+    assert report.edges == 1 + 1 + 3
+    whole = ProvenanceGraph()
+    ingest_taubench(whole, runs=[82])
+    versions, edges = _snapshot(graph)
+    assert versions == _snapshot(whole)[0] and sorted(map(json.dumps, edges)) == sorted(map(json.dumps, _snapshot(whole)[1]))
+    assert all(versions[n] == v for n, v in before[0].items()) and all(e in edges for e in before[1])  # nothing stored changed
+    tampered = copy.deepcopy(trajectories[82])
+    tampered["traj"][11]["content"] = tampered["traj"][11]["content"].replace("HAT271", "HAT999")
+    graph2 = ProvenanceGraph()
+    ingest_taubench(graph2, path)
+    before = _snapshot(graph2)
+    with pytest.raises(ContentConflictError) as info:  # a stored message with other content: nothing of the extension
+        ingest_taubench(graph2, _write(tmp_path, [trajectories[0], tampered]))
+    assert (info.value.id, info.value.field) == (RUN + "/msg11", "text") and _snapshot(graph2) == before
+
+
+def test_verdict_of_a_run():
+    # the one rule both ingests use, on a run's (kind, key, difference) triples in planned order
+    stored, missing = None, Difference("r/b", None)
+    assert verdict([], "r", "f") == Verdict("empty", [])
+    assert verdict([("node", "r/a", stored), ("edge", "r/a -x-> r/a", stored)], "r", "f") == Verdict("present", [])
+    assert verdict([("node", "r/a", Difference("r/a", None)), ("node", "r/b", missing)], "r", "f") == Verdict("new", [0, 1])
+    assert verdict([("node", "r/a", stored), ("node", "r/b", missing), ("node", "r/c", stored)], "r", "f") == Verdict("extend", [1])
+    with pytest.raises(ContentConflictError) as info:  # wherever it comes, a differing item is a conflict
+        verdict([("node", "r/b", missing), ("node", "r/a", Difference("r/a", "text", "x", "y"))], "r", "f")
+    assert (info.value.id, info.value.field, info.value.stored, info.value.given, info.value.run, info.value.file) == ("r/a", "text", "x", "y", "r", "f")
+    assert str(info.value) == (
+        "f: run 'r' is stored already with other content: node 'r/a' has text 'x' in the graph but 'y' here; nothing was written "
+        "(stored records are never overwritten: ingest into another graph or under other run ids)"
+    )
 
 
 _MEMORY_SPANS = [  # the fixture's trace, later: mem-7 is updated, mem-8 deleted
@@ -271,12 +319,68 @@ def test_spans_reingest_is_a_noop(tmp_path):
     assert _snapshot(graph) == before
 
 
+_GROWN_SPANS = _MEMORY_SPANS + [  # ... and a reply that uses the updated memory
+    {"name": "ChatCompletion", "context": {"trace_id": "t1", "span_id": "s13"}, "parent_id": "s1", "start_time": "2025-03-01T10:00:12Z",
+     "attributes": {"openinference.span.kind": "LLM", "input.value": "Customer prefers phone calls. Tell them about the refund.",
+                    "output.value": "We will call you to confirm your refund."}},
+]
+
+
+def test_spans_grown_export_is_extended(tmp_path):
+    # a live trace exported, then exported again after it grew: the second ingest writes only the new spans' writes
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_spans(graph, SPANS)
+    grown = json.loads(SPANS.read_text()) + _GROWN_SPANS
+    graph.close()
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    report = ingest_spans(graph, grown)
+    assert report.model_dump() == {
+        "runs": 0, "agents": 0, "sources": 0, "claims": 1, "actions": 0, "memories": 0, "versions": 2, "edges": 2, "run_ids": [],
+        "extended": 1, "extended_ids": ["t1"], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
+    }
+    assert [r for _, r, _ in graph.history("t1/memory/mem-7")] == ["created", "update_memory span s11"]
+    assert graph.node("t1/memory/mem-7").text == "Customer prefers phone calls." and graph.node("t1/memory/mem-8").valid is False
+    assert [(e.src, e.attributes) for e in graph.edges(dst="t1/s13/claim", relation="supports")] == [("t1/memory/mem-7", {"match": "text"})]
+    at_once = ProvenanceGraph()
+    assert ingest_spans(at_once, grown).run_ids == ["t1"]
+    assert _snapshot(graph) == _snapshot(at_once)  # the same graph as ingesting the grown export at once
+    again = ingest_spans(graph, grown)
+    assert again.already_present and (again.present_ids, again.extended, again.versions) == (["t1"], 0, 0)
+    assert _snapshot(graph) == _snapshot(at_once)
+
+
+def test_spans_grown_export_with_other_content_is_an_error(tmp_path):
+    graph = ProvenanceGraph(tmp_path / "runs.db")
+    ingest_spans(graph, SPANS)
+    before = _snapshot(graph)
+    grown = json.loads(SPANS.read_text()) + _GROWN_SPANS
+    grown[2]["attributes"]["retrieval"]["documents"][0]["document"]["score"] = 0.5
+    other = {"name": "agent", "context": {"trace_id": "t0", "span_id": "a1"}, "start_time": 1, "attributes": {"openinference.span.kind": "AGENT"}}
+    with pytest.raises(ContentConflictError) as info:  # a new trace first: it is not written either
+        ingest_spans(graph, [other, *grown])
+    assert (info.value.id, info.value.field, info.value.run) == ("t1/s3/doc0", "attributes.score", "t1")
+    assert _snapshot(graph) == before
+
+
+def test_spans_run_with_nothing_to_write_is_empty():
+    chain = [{"name": "format", "context": {"trace_id": "t2", "span_id": "c1"}, "start_time": 1, "attributes": {"openinference.span.kind": "CHAIN"}}]
+    graph = ProvenanceGraph()
+    first = ingest_spans(graph, chain)
+    assert (first.empty, first.empty_ids, first.present, first.runs, first.already_present) == (1, ["t2"], 0, 0, False)
+    assert len(graph) == 0
+    both = json.loads(SPANS.read_text()) + chain
+    mixed = ingest_spans(graph, both)
+    assert (mixed.run_ids, mixed.empty_ids, mixed.present, mixed.already_present) == (["t1"], ["t2"], 0, False)
+    again = ingest_spans(graph, both)
+    assert (again.present_ids, again.empty_ids, again.already_present) == (["t1"], ["t2"], True)
+
+
 def test_spans_split_over_two_exports(tmp_path):
     # the second export of the trace updates and deletes memories the first one stored; each re-ingest is a no-op
     graph = ProvenanceGraph(tmp_path / "runs.db")
     ingest_spans(graph, SPANS)
     second = ingest_spans(graph, _MEMORY_SPANS)
-    assert (second.runs, second.memories) == (1, 0) and graph.node("t1/memory/mem-7").text == "Customer prefers phone calls."
+    assert (second.runs, second.memories, second.versions) == (1, 0, 2) and graph.node("t1/memory/mem-7").text == "Customer prefers phone calls."
     assert graph.node("t1/memory/mem-8").valid is False
     before = _snapshot(graph)
     assert ingest_spans(graph, SPANS).already_present and ingest_spans(graph, _MEMORY_SPANS).already_present

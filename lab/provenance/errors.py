@@ -23,11 +23,11 @@ class DuplicateNodeError(ProvenanceError, ValueError):
 
 
 class ContentConflictError(DuplicateNodeError):
-    """Writing content under ids the graph holds already with other content (or holds only some of).
+    """Writing content under ids the graph holds already with other content.
 
-    ``id``: the first such node id (or edge, ``"src -relation-> dst"``); ``field``: its first differing field,
-    ``None`` when it is *missing* from a batch the graph otherwise holds; ``stored`` and ``given``: that field's
-    values; ``run`` and ``file``: the run and the trace being ingested, when known. Nothing of the batch was written.
+    ``id``: the first such node id (or edge, ``"src -relation-> dst"``); ``field``: its first differing field
+    (``attributes.score`` for a key of an object field); ``stored`` and ``given``: that field's values; ``run`` and
+    ``file``: the run and the trace being ingested, when known. Nothing of the batch was written.
     """
 
     def __init__(

@@ -38,8 +38,9 @@ verbatim, contains its external id (document id, memory record id), or shares an
 
 All spans of a file are written in one transaction; a malformed span raises
 :class:`~lab.provenance.errors.IngestError` and leaves the graph unchanged. Ingesting the same export again
-writes nothing and says so (``IngestReport.present``); a run stored with other content raises
-:class:`~lab.provenance.errors.ContentConflictError` (:func:`ingest_spans`).
+writes nothing and says so (``IngestReport.present``); ingesting it again after it has grown (a live trace
+re-exported: the same spans and new ones) writes only what the new spans add (``IngestReport.extended``); a run
+stored with other content raises :class:`~lab.provenance.errors.ContentConflictError` (:func:`ingest_spans`).
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from lab.provenance.errors import IngestError
-from lab.provenance.graph import Difference, Edge, Node, NodeType, ProvenanceGraph, Relation
-from lab.provenance.ingest.taubench import IngestReport, _load, _stored
+from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.ingest._runs import IngestReport, Verdict, Version, Write, apply, difference, verdict
+from lab.provenance.ingest.taubench import _load
 
 __all__ = ["ingest_spans"]
 
@@ -105,51 +107,39 @@ def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
-class _Version(NamedTuple):
-    """A planned :meth:`~lab.provenance.graph.ProvenanceGraph.update_node` (an update or a delete of a memory)."""
-
-    node: str
-    reason: str
-    changes: dict[str, Any]
-
-
-_Write = Node | Edge | _Version
-
-
-def _difference(graph: ProvenanceGraph, w: _Write) -> tuple[str, str, Difference | None]:
-    """``(kind, key, difference)`` of one planned write against the graph (:func:`~lab.provenance.ingest.taubench._stored`)."""
-    if isinstance(w, Node):
-        return "node", w.id, graph.difference(w)
-    if isinstance(w, Edge):
-        return "edge", w.key, graph.difference(w)
-    return f"version {w.reason!r} of node", w.node, graph.update_difference(w.node, reason=w.reason, **w.changes)
-
-
 def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path) -> IngestReport:
     """Ingest a span export (a list of span dicts, or a JSON file) into ``graph``, all or nothing.
 
     Returns
     -------
     IngestReport
-        Counts of what was added (``memories`` counts new memory records; re-versioned ones are not new); the
-        runs found stored already (``present``, ``present_ids``); ``already_present`` when nothing was written
-        because every run was stored already.
+        Each run (trace id) counted once: written from scratch (``runs``, ``run_ids``), extended (``extended``,
+        ``extended_ids``: stored in part, its missing writes written), found stored (``present``,
+        ``present_ids``) or with nothing to write (``empty``, ``empty_ids``: e.g. CHAIN spans only); what was
+        actually added: nodes by type (``memories`` counts new memory records; re-versioned ones are not new),
+        ``versions`` (memory updates and deletes) and ``edges``; ``already_present`` when nothing at all was
+        written and some run was found stored.
 
-    Re-ingesting is a no-op: the unit is the **run** (a trace id; its spans in this export). A run whose every
-    planned write the graph holds already exactly as given (each node as it was created, each edge, and each
-    memory update or delete as the version it wrote, found by its reason ``update_memory span <span_id>``) is
-    skipped and counted in ``present`` (so is a run with nothing to write); a run none of whose writes is stored is
-    written. Memory records of the same trace stored by an earlier ingest of *other* spans are updated, searched
-    and deleted as before.
+    Re-ingesting is a no-op, and a grown export adds only what is new: the unit is the **run** (a trace id; its
+    spans in this export). Each planned write of a run is compared with the graph: each node as it was created,
+    each edge, and each memory update or delete as the version it wrote, found by its reason
+    (``update_memory span <span_id>``). A run the graph holds whole, each write exactly as planned, is skipped
+    (``present``); a run none of whose writes is stored is written (``runs``); a run the graph holds in part,
+    each stored write exactly as planned, gets exactly the missing writes, in the planned order (nodes before
+    their edges and versions; ``extended``: a live trace re-exported with new spans, e.g. a new
+    ``update_memory``, whose version is written after the stored ones). A stored write with other content is a
+    conflict. Memory records of the same trace stored by an earlier ingest of *other* spans are updated,
+    searched and deleted as before.
 
     Raises
     ------
     IngestError
         A malformed span, with the file (``<spans>`` for an in-memory list) and the path of the bad field.
     ContentConflictError
-        (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content (``id`` and
-        ``field``: the first differing node, edge or memory version and field) or stored only in part (``id``: the
-        first missing one, ``field`` ``None``); ``run`` names the run. Nothing is written: the graph is unchanged.
+        (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content: ``id`` and
+        ``field`` name the first differing node, edge or memory version and field, ``stored`` and ``given`` the
+        two values, ``run`` the run. Nothing of the whole call is written (no run of the export): the graph is
+        unchanged.
     """
     if isinstance(spans_or_path, str | Path):
         file = str(spans_or_path)
@@ -203,16 +193,16 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
             cur, hops = by_id.get(cur["parent"]), hops + 1
         return None
 
-    # -- plan every write (nothing is written until each run is known to be new, stored already, or a conflict)
+    # -- plan every write (nothing is written until each run is known to be new, stored, stored in part, or a conflict)
     run_spans: dict[str, set[str]] = {}
     for s in spans:
         run_spans.setdefault(s["run"], set()).add(s["id"])
-    plan: dict[str, list[_Write]] = {}  # per run, in write order
+    plan: dict[str, list[Write]] = {}  # per run, in write order
     order: list[tuple[str, int]] = []  # (run, index in plan[run]) in the order the spans write them
     created: set[str] = set()  # node ids the plan creates
     edge_keys: set[str] = set()
 
-    def write(run: str, w: _Write) -> None:
+    def write(run: str, w: Write) -> None:
         if isinstance(w, Edge):
             if w.key in edge_keys:
                 return  # the graph keeps one edge per src, dst and relation: the first
@@ -318,7 +308,7 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
                 if s["op"] == "delete_memory":
                     if not exists(mid, run):
                         raise err(f"delete_memory of unknown record {rec!r}", f"{p}.gen_ai.memory.record.id")
-                    write(run, _Version(mid, f"delete_memory span {s['id']}", {"valid": False}))  # ProvenanceGraph.invalidate
+                    write(run, Version(mid, f"delete_memory span {s['id']}", {"valid": False}))  # ProvenanceGraph.invalidate
                 else:
                     text = a.get("input.value") if s["op"] == "update_memory" else a.get("output.value")
                     if not isinstance(text, str):
@@ -326,7 +316,7 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
                         raise err(f"{s['op']} span without a string '{key}'", f"{p}.{key}")
                     if exists(mid, run):
                         if s["op"] == "update_memory":
-                            write(run, _Version(mid, f"update_memory span {s['id']}", {"text": text, "time": t}))
+                            write(run, Version(mid, f"update_memory span {s['id']}", {"text": text, "time": t}))
                         made.append((mid, text, rec))
                     else:
                         record(Node(id=mid, type=NodeType.MEMORY, text=text, time=t, owner=agent, run=run, attributes=attrs), rec)
@@ -346,23 +336,12 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | str | Path)
                 write(run, w)
             records.setdefault(run, []).extend(made)
 
-        # -- each run: stored already (skip it), new (write it), or a conflict (raise: nothing is written)
-        new: set[str] = set()
-        for run in runs:
-            if _stored((_difference(graph, w) for w in plan.get(run, [])), run, file):
-                report.present += 1
-                report.present_ids.append(run)
-            else:
-                new.add(run)
-                writes = plan.get(run, [])
-                report._count(run, [w for w in writes if isinstance(w, Node)], [w for w in writes if isinstance(w, Edge)])
+        # -- each run: stored (skip it), new (write it), stored in part (write the rest) or a conflict (raise: nothing is written)
+        verdicts: dict[str, Verdict] = {run: verdict((difference(graph, w) for w in plan.get(run, [])), run, file) for run in runs}
+        todo = {(run, k) for run, v in verdicts.items() for k in v.missing}
         for run, k in order:  # in the planned order, across runs too (an edge may end at another run's agent)
-            if run in new:
-                w = plan[run][k]
-                if isinstance(w, Node):
-                    graph.add_node(w)
-                elif isinstance(w, Edge):
-                    graph.add_edge(w)
-                else:
-                    graph.update_node(w.node, reason=w.reason, **w.changes)
+            if (run, k) in todo:
+                apply(graph, plan[run][k])
+        for run, v in verdicts.items():
+            report._count(run, v.status, [plan[run][k] for k in v.missing])
     return report

@@ -58,23 +58,24 @@ path (``[3].traj[7].tool_calls[0].function.arguments``). The whole file is inges
 :meth:`~lab.provenance.graph.ProvenanceGraph.transaction`: an error leaves the graph as it was.
 
 Idempotence: ingesting the same trajectories again writes nothing and says so (``IngestReport.present``,
-``already_present``); a trajectory whose run ids are stored with other content raises
-:class:`~lab.provenance.errors.ContentConflictError` naming the first differing id and field.
+``already_present``); a run stored in part, with the same content, gets only its missing nodes and edges
+(``IngestReport.extended``: a trajectory ingested while in progress, then whole); a trajectory whose run ids
+are stored with other content raises :class:`~lab.provenance.errors.ContentConflictError` naming the first
+differing id and field (:func:`ingest_taubench`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
-
-from lab.provenance.errors import ContentConflictError, IngestError
-from lab.provenance.graph import Difference, Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.errors import IngestError
+from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.ingest._runs import IngestReport, apply, difference, verdict
 
 __all__ = ["IngestReport", "ingest_taubench", "WRITE_TOOLS", "READ_TOOLS", "PUBLIC_TOOLS", "claim_tokens", "match_tokens"]
 
@@ -95,104 +96,6 @@ READ_TOOLS = frozenset({"calculate", "think", "transfer_to_human_agents"})
 PUBLIC_TOOLS = frozenset(
     {"search_direct_flight", "search_onestop_flight", "list_all_airports", "calculate", "think", "transfer_to_human_agents"}
 )
-
-
-#: The :class:`IngestReport` field counting each node type.
-_TYPE_FIELD = {NodeType.AGENT: "agents", NodeType.SOURCE: "sources", NodeType.CLAIM: "claims", NodeType.ACTION: "actions", NodeType.MEMORY: "memories"}
-
-
-class IngestReport(BaseModel):
-    """What one ingest wrote, and which runs it found stored already.
-
-    ``runs``, ``agents`` ... ``edges``: the runs written and the nodes (by type) and edges they added;
-    ``run_ids``: those runs, in input order. ``present``: the runs the graph held already exactly as this
-    ingest would write them, so nothing of them was written (``present_ids``, in input order).
-    ``already_present``: this ingest was a no-op because every run it read was stored already (re-running an
-    ingest into the same graph).
-    """
-
-    runs: int = 0
-    agents: int = 0
-    sources: int = 0
-    claims: int = 0
-    actions: int = 0
-    memories: int = 0
-    edges: int = 0
-    run_ids: list[str] = Field(default_factory=list)
-    present: int = 0
-    present_ids: list[str] = Field(default_factory=list)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def already_present(self) -> bool:
-        return self.present > 0 and self.runs == 0
-
-    def _count(self, run: str, nodes: Sequence[Node], edges: Sequence[Edge]) -> None:
-        """Count a run written with these nodes and edges."""
-        self.runs += 1
-        self.run_ids.append(run)
-        self.edges += len(edges)
-        for n in nodes:
-            field = _TYPE_FIELD[n.type]
-            setattr(self, field, getattr(self, field) + 1)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _versus(stored: Any, given: Any, width: int = 30) -> str:
-    """``<stored> in the graph but <given> here``; two long strings are shown around their first difference."""
-    if isinstance(stored, str) and isinstance(given, str) and max(len(stored), len(given)) > 2 * width:
-        at = next((i for i, (a, b) in enumerate(zip(stored, given)) if a != b), min(len(stored), len(given)))
-        lo = max(0, at - width // 2)
-
-        def cut(t: str) -> str:
-            return ("..." if lo else "") + repr(t[lo : at + width])[1:-1] + ("..." if at + width < len(t) else "")
-
-        return f"'{cut(stored)}' in the graph but '{cut(given)}' here (they differ from character {at})"
-    return f"{_short(stored)} in the graph but {_short(given)} here"
-
-
-def _stored(diffs: Iterable[tuple[str, str, Difference | None]], run: str, file: str) -> bool:
-    """Whether one run's planned writes are all stored already (``True``: skip the run) or none is (``False``:
-    write it). ``diffs``: ``(kind, key, difference)`` per planned node, edge or version, in the run's order
-    (:meth:`~lab.provenance.graph.ProvenanceGraph.difference`).
-
-    Raises :class:`ContentConflictError` for a run stored with other content (naming the first differing
-    item and field) or stored in part (naming the first missing item and a stored one).
-    """
-    missing: Difference | None = None
-    missing_kind = stored = ""
-    for kind, key, d in diffs:
-        if d is None:
-            stored = stored or f"{kind} {key!r}"
-        elif d.field is not None:
-            raise ContentConflictError(
-                f"run {run!r} is stored already with other content: {kind} {d.key!r} has {d.field} {_versus(d.stored, d.given)}; "
-                f"nothing was written (stored records are never overwritten: ingest into another graph or under other run ids)",
-                id=d.key, field=d.field, stored=d.stored, given=d.given, run=run, file=file,
-            )
-        elif missing is None:
-            missing, missing_kind = d, kind
-    if missing is None:
-        return True
-    if not stored:
-        return False
-    raise ContentConflictError(
-        f"run {run!r} is stored only in part: {missing_kind} {missing.key!r} is missing but {stored} is stored; nothing was "
-        f"written (an ingest writes a run whole or not at all)",
-        id=missing.key, run=run, file=file,
-    )
-
-
-def _diffs(graph: ProvenanceGraph, nodes: Iterable[Node], edges: Iterable[Edge]) -> Iterator[tuple[str, str, Difference | None]]:
-    """``(kind, key, difference)`` of each node, then each edge, against the graph (lazily: :func:`_stored` stops early)."""
-    for n in nodes:
-        yield "node", n.id, graph.difference(n)
-    for e in edges:
-        yield "edge", e.key, graph.difference(e)
 
 
 def is_write_tool(name: str) -> bool:
@@ -301,22 +204,27 @@ def ingest_taubench(
     Returns
     -------
     IngestReport
-        The runs written and what they added; the runs found stored already (``present``, ``present_ids``);
-        ``already_present`` when nothing was written because every run was stored already.
+        Each run counted once: written from scratch (``runs``, ``run_ids``), extended (``extended``,
+        ``extended_ids``: stored in part, its missing nodes and edges written) or found stored (``present``,
+        ``present_ids``); the nodes by type and the edges actually added; ``already_present`` when nothing at all
+        was written and some run was found stored.
 
-    Re-ingesting is a no-op: the unit is the **run** (one trajectory). A run whose nodes and edges the graph
-    holds already, each exactly as this ingest would write it (a node as it was created: grants, revocations and
-    other later versions do not count), is skipped and counted in ``present``; a run none of whose nodes exists
-    is written. Anything else is a conflict.
+    Re-ingesting is a no-op, and completes a run stored in part: the unit is the **run** (one trajectory). Each
+    planned node and edge of a run is compared with the graph (a node with the version it was created as:
+    grants, revocations and other later versions do not count). A run the graph holds whole, each node and edge
+    exactly as planned, is skipped (``present``); a run none of whose nodes and edges is stored is written
+    (``runs``); a run the graph holds in part, each stored node and edge exactly as planned, gets exactly the
+    missing ones, nodes before edges in the run's order (``extended``: e.g. a trajectory ingested while in
+    progress, then whole). A stored node or edge with other content is a conflict.
 
     Raises
     ------
     IngestError
         A malformed file, naming the file and the JSON path of the bad field; the graph is left unchanged.
     ContentConflictError
-        (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content (``id``
-        and ``field`` name the first differing node or edge and field) or stored only in part (``id`` names the
-        first missing one, ``field`` is ``None``); ``run`` names the run. The graph is left unchanged.
+        (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content: ``id`` and
+        ``field`` name the first differing node or edge and field, ``stored`` and ``given`` the two values, ``run``
+        the run. Nothing of the whole call is written (no run, not even those before it): the graph is left unchanged.
     """
     if path is None:
         from lab import data
@@ -333,13 +241,12 @@ def ingest_taubench(
             if not isinstance(i, int) or not 0 <= i < len(doc):
                 raise IngestError(f"run index {i!r} out of range (the file holds {len(doc)} trajectories)", file=file)
             nodes, edges, run = _trajectory(doc[i], i, file, domain)
-            if _stored(_diffs(graph, nodes, edges), run, file):
-                report.present += 1
-                report.present_ids.append(run)
-                continue
-            graph.add_nodes(nodes)
-            graph.add_edges(edges)
-            report._count(run, nodes, edges)
+            writes = [*nodes, *edges]
+            v = verdict((difference(graph, w) for w in writes), run, file)
+            written = [writes[k] for k in v.missing]
+            for w in written:
+                apply(graph, w)
+            report._count(run, v.status, written)
     return report
 
 
