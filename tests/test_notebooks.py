@@ -4,12 +4,15 @@ Each notebook ends with an exercise: one code cell tagged ``exercise`` that ship
 and one tagged ``exercise-check`` (source hidden) that says "Exercise: not answered yet" for the
 placeholder. In the same kernel, after the notebook has run, the reference solution
 (``notebooks/solutions/<stem>.py``) followed by the check must print "Exercise: correct", and a
-plausible wrong attempt (``<stem>.wrong.py``) followed by the check must raise AssertionError.
+plausible wrong attempt (``<stem>.wrong.py``) followed by the check must raise AssertionError whose
+message names the mistake (the wrong file's first line, ``# expect: <text>``, gives the text).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -48,7 +51,9 @@ def _exercise(nb, path: Path):
         assert file.is_file(), f"{path.name}: missing notebooks/solutions/{name}"
         sources.append(file.read_text())
     assert sources[0].strip() != exercise.source.strip(), f"{path.name}: the reference solution is the shipped exercise cell"
-    return exercise, check, sources[0], sources[1]
+    expect = re.match(r"# expect: (.+?)   \(", sources[1])
+    assert expect, f"{path.name}: {path.stem}.wrong.py must start with '# expect: <what the check says of this mistake>   (...'"
+    return exercise, check, sources[0], sources[1], expect.group(1)
 
 
 def _run_extra(client: NotebookClient, nb, source: str):
@@ -62,7 +67,7 @@ def _run_extra(client: NotebookClient, nb, source: str):
     return cell
 
 
-def _attempt_exercise(client: NotebookClient, nb, path: Path, check, solution: str, wrong: str) -> None:
+def _attempt_exercise(client: NotebookClient, nb, path: Path, check, solution: str, wrong: str, expect: str) -> None:
     """After the shipped run: the solution passes the check, and the wrong attempt makes it raise."""
     shipped = _text(check)
     assert "Exercise: not answered yet" in shipped, f"{path.name}: the shipped check said {shipped!r}"
@@ -73,6 +78,7 @@ def _attempt_exercise(client: NotebookClient, nb, path: Path, check, solution: s
     with pytest.raises(CellExecutionError) as refused:
         _run_extra(client, nb, check.source)
     assert refused.value.ename == "AssertionError", f"{path.name}: the check should fail the wrong attempt with AssertionError, not {refused.value.ename}"
+    assert expect in refused.value.evalue, f"{path.name}: the check refused the wrong attempt without naming its mistake ({expect!r}): {refused.value.evalue!r}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -85,14 +91,30 @@ def test_notebook_has_exercise(path):
 @pytest.mark.parametrize(
     "path", [pytest.param(p, marks=[pytest.mark.slurm] if p.name in NEEDS_SLURM else []) for p in NOTEBOOKS], ids=[p.name for p in NOTEBOOKS]
 )
-def test_notebook_runs_headless(path):
+def test_notebook_runs_headless(path, monkeypatch):
+    # The kernel's temporary folders (the notebooks' tempfile.mkdtemp), IPython profile and connection files go to
+    # one scratch folder, removed afterwards: a run leaves nothing in /tmp, ~/.ipython or the notebooks folder.
+    # It is short (Slurm's sockets live under notebook 02's folder), hence not pytest's tmp_path.
+    before = set(path.parent.iterdir())
+    scratch = Path(tempfile.mkdtemp(prefix="nb-"))
+    for var, sub in (("TMPDIR", "tmp"), ("IPYTHONDIR", "ipython"), ("JUPYTER_RUNTIME_DIR", "runtime")):
+        (scratch / sub).mkdir()
+        monkeypatch.setenv(var, str(scratch / sub))
+    try:
+        _run_notebook(path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert set(path.parent.iterdir()) == before, f"the run left {sorted(p.name for p in set(path.parent.iterdir()) - before)} in notebooks/"
+
+
+def _run_notebook(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    exercise, check, solution, wrong = _exercise(nb, path)
+    exercise, check, solution, wrong, expect = _exercise(nb, path)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     with client.setup_kernel():  # one kernel: the notebook as shipped, then the exercise's attempts
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
-        _attempt_exercise(client, nb, path, check, solution, wrong)
+        _attempt_exercise(client, nb, path, check, solution, wrong, expect)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     if path.name == "01_site_queues.ipynb":
@@ -125,9 +147,6 @@ def test_notebook_runs_headless(path):
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in widget.outputs)
         root = re.search(r"^runs and their event log in (\S+)$", out, re.M)
         assert root and Path(root.group(1)).name.startswith("lab05-"), out
-        import shutil
-
-        shutil.rmtree(root.group(1))  # the four runs' folder (kept when an assertion above fails, to look at)
     if path.name == "07_image_restoration.ipynb":
         code = [c for c in nb.cells if c.cell_type == "code"]
         out = "\n".join(_text(c) for c in code)

@@ -1,3 +1,4 @@
+# expect: every count is 0   (the check's message must say this: it recognised the mistake)
 # A plausible wrong attempt (the check must reject it): submit_time is used as if it were an epoch time,
 # but it counts seconds from the header's unix_start_time, so every job seems to have ended decades ago.
 t = sites["HPC2N"].first_submit + 45 * 86400

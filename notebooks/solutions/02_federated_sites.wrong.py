@@ -1,3 +1,4 @@
+# expect: you added the transfer to the estimated start   (the check's message must say this: it recognised the mistake)
 # A plausible wrong attempt (the check must reject it): the transfer is added to the estimated start,
 # as if the data could only start moving once the job had left the queue.
 t0 = decision.time

@@ -1,3 +1,4 @@
+# expect: revoked or invalid   (the check's message must say this: it recognised the mistake)
 # A plausible wrong attempt (the check must reject it): the recursion is right, but each node's factor is its
 # trust field alone, so the revoked flight search (and everything resting only on it) keeps trust 1.
 def my_path_trust(node_id):

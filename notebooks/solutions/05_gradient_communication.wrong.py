@@ -1,3 +1,4 @@
+# expect: looks like the error in the whitened coordinates   (the check's message must say this: it recognised the mistake)
 # A plausible wrong attempt at notebook 05's exercise: the error is measured in the whitened coordinates,
 # ||U_hat - U|| / ||U||, and never mapped back to G's coordinates (it is then just the format's own error).
 G, A = G_of["blocks.1.attn.proj"], A_of["blocks.1.attn.proj"]

@@ -1,3 +1,4 @@
+# expect: is the clean-side-only reading   (the check's message must say this: it recognised the mistake)
 # A plausible wrong attempt at notebook 07's exercise: the clean side is anchored (Eq. 7), but the step forgets the
 # source side's re-coupling (Eq. 8) and uses a_hat: the "clean-side anchoring only" reading of the paper's ablation.
 rho, lam, kappa = 1.0, 1.0, 5.0
