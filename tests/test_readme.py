@@ -67,7 +67,9 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     assert ns["hits"] and nodes > 0
     ns["graph"].close()
     # the same snippet again in the same folder: the ingest finds the same runs and writes nothing
+    assert ns["report"].runs == 200 and not ns["report"].already_present
     exec(compile(provenance, "README.md (provenance, again)", "exec"), ns)
+    assert ns["report"].already_present and ns["report"].present == 200 and ns["report"].runs == 0
     assert len(ns["graph"].nodes()) == nodes
     ns["graph"].close()
 
