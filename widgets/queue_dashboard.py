@@ -75,17 +75,34 @@ class _SiteView:
         timeline = r.timeline(points)
         days = (timeline["time"].to_numpy() - r.first_submit) / _DAY
         legend = self.column == 0
-        fig.add_scatter(x=days, y=timeline["pending"], name="pending", line=dict(color="#d62728"), showlegend=legend, legendgroup="p", row=1, col=col)
-        fig.add_scatter(x=days, y=timeline["running"], name="running", line=dict(color="#2ca02c"), showlegend=legend, legendgroup="r", row=1, col=col)
-        fig.add_scatter(x=days, y=timeline["busy_processors"], name="busy", line=dict(color="#1f77b4"), showlegend=legend, legendgroup="b", row=2, col=col)
+        site = f"<extra>{self.name}</extra>"  # hover text: what a point is, with its unit, and the site it belongs to
+        fig.add_scatter(x=days, y=timeline["pending"], name="pending", line=dict(color="#d62728"), showlegend=legend, legendgroup="p",
+                        hovertemplate="day %{x:.1f}: %{y:,d} jobs pending" + site, row=1, col=col)
+        fig.add_scatter(x=days, y=timeline["running"], name="running", line=dict(color="#2ca02c"), showlegend=legend, legendgroup="r",
+                        hovertemplate="day %{x:.1f}: %{y:,d} jobs running" + site, row=1, col=col)
+        fig.add_scatter(x=days, y=timeline["busy_processors"], name="busy", line=dict(color="#1f77b4"), showlegend=legend, legendgroup="b",
+                        hovertemplate="day %{x:.1f}: %{y:,d} processors busy" + site, row=2, col=col)
         cap = r.capacity if r.capacity is not None else float("nan")
-        fig.add_scatter(x=[days[0], days[-1]], y=[cap, cap], mode="lines", name="capacity", line=dict(color="#7f7f7f", dash="dash"), showlegend=legend, legendgroup="c", row=2, col=col)
-        fig.add_scatter(x=[day], y=[snap.pending], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now", row=1, col=col)
-        fig.add_scatter(x=[day], y=[snap.busy_processors], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now", row=2, col=col)
-        fig.add_bar(x=list(WAIT_BIN_LABELS), y=counts, name="jobs started", marker_color="#9467bd", showlegend=False, row=3, col=col)
+        fig.add_scatter(x=[days[0], days[-1]], y=[cap, cap], mode="lines", name="capacity", line=dict(color="#7f7f7f", dash="dash"), showlegend=legend,
+                        legendgroup="c", hovertemplate="capacity: %{y:,d} processors" + site, row=2, col=col)
+        fig.add_scatter(x=[day], y=[snap.pending], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now",
+                        hovertemplate="chosen time, day %{x:.2f}: %{y:,d} jobs pending" + site, row=1, col=col)
+        fig.add_scatter(x=[day], y=[snap.busy_processors], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now",
+                        hovertemplate="chosen time, day %{x:.2f}: %{y:,d} processors busy" + site, row=2, col=col)
+        fig.add_bar(x=list(WAIT_BIN_LABELS), y=counts, name="jobs started", marker_color="#9467bd", showlegend=False,
+                    hovertemplate="%{y:,d} jobs started after waiting %{x}" + site, row=3, col=col)
         for row in (1, 2):
             fig.add_vline(x=day, line=dict(color="black", width=1, dash="dot"), row=row, col=col)
-        fig.update_xaxes(title_text="days since first job", row=2, col=col)
+        # Rows 1 and 2 share one time axis per site (zoom one, the other follows), in days since the site's first job.
+        fig.update_xaxes(ticksuffix=" d", row=1, col=col)
+        fig.update_xaxes(ticksuffix=" d", matches=f"x{col if col > 1 else ''}", row=2, col=col)
+        fig.update_xaxes(title_text="wait before start", title_standoff=4, row=3, col=col)
+        if col == 1:  # counts: integer ticks, axes titled with their unit
+            fig.update_yaxes(title_text="jobs", row=1, col=col)
+            fig.update_yaxes(title_text="processors", row=2, col=col)
+            fig.update_yaxes(title_text="jobs started", row=3, col=col)
+        for row in (1, 2, 3):
+            fig.update_yaxes(tickformat=",d", rangemode="tozero", row=row, col=col)
         self.show_text(elapsed_s, snap)
 
     def move(self, fig: go.FigureWidget, elapsed_s: float) -> None:
@@ -125,7 +142,8 @@ class _SiteView:
             }
         )
         caption = f"<div><b>longest-waiting pending jobs</b> ({len(pending)} of {total})</div>"
-        return caption + shown.to_html(index=False, border=0, classes="lab-table")
+        nowrap = "<style>.lab-table th, .lab-table td {white-space: nowrap; padding: 0 6px}</style>"  # numbers never wrap
+        return nowrap + caption + shown.to_html(index=False, border=0, classes="lab-table")
 
 
 class QueueDashboard(W.VBox):
@@ -210,14 +228,16 @@ class QueueDashboard(W.VBox):
         fig.update_layout(
             height=640,
             width=width * n,
-            margin=dict(l=50, r=10, t=70, b=40),
+            margin=dict(l=64, r=10, t=70, b=40),
             legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0),
             uirevision="keep",
         )
         self.figure = go.FigureWidget(fig)
 
+        # The slider counts hours (its step is step_hours); its readout is the clock beside it, in days.
         self.slider = W.IntSlider(
-            value=start, min=0, max=max_hours, step=step_hours, description="hours", continuous_update=False, layout=W.Layout(width="70%")
+            value=start, min=0, max=max_hours, step=step_hours, description="time", readout=False, continuous_update=False,
+            layout=W.Layout(width="60%"),
         )
         self.play = W.Play(value=start, min=0, max=max_hours, step=step_hours, interval=400, description="play")
         W.jslink((self.play, "value"), (self.slider, "value"))
