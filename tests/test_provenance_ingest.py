@@ -406,3 +406,11 @@ def test_spans_other_content_is_an_error(tmp_path):
         ingest_spans(graph, path)
     assert (info.value.id, info.value.field, info.value.run, info.value.file) == ("t1/s3/doc0", "attributes.score", "t1", str(path))
     assert _snapshot(graph) == before
+
+
+def test_ingest_shows_progress_when_asked(tmp_path, capsys):
+    quiet = ingest_taubench(ProvenanceGraph(tmp_path / "a.db"), runs=[0, 1, 2])
+    shown = ingest_taubench(ProvenanceGraph(tmp_path / "b.db"), runs=[0, 1, 2], progress=True)
+    assert shown == quiet
+    err = capsys.readouterr().err
+    assert "ingesting trajectories: 100%" in err and "3/3" in err

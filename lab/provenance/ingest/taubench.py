@@ -188,6 +188,7 @@ def ingest_taubench(
     *,
     runs: Sequence[int] | None = None,
     domain: str = "airline",
+    progress: bool = False,
 ) -> IngestReport:
     """Ingest tau-bench trajectories into ``graph``, all or nothing (see the module docstring for the rules).
 
@@ -200,6 +201,8 @@ def ingest_taubench(
         Indices of the trajectories to ingest (default: all), in the order given.
     domain : str
         Part of the run ids (``tau-<domain>/task<id>/trial<n>``).
+    progress : bool, default False
+        Show a tqdm bar over the trajectories (the 200-run file takes several seconds).
 
     Returns
     -------
@@ -236,6 +239,10 @@ def ingest_taubench(
         raise IngestError(f"expected a JSON list of trajectories, got {type(doc).__name__}", file=file)
     indices = range(len(doc)) if runs is None else list(runs)
     report = IngestReport()
+    if progress:
+        from tqdm.auto import tqdm
+
+        indices = tqdm(indices, desc="ingesting trajectories", unit="run")
     with graph.transaction():
         for i in indices:
             if not isinstance(i, int) or not 0 <= i < len(doc):
