@@ -130,6 +130,9 @@ def test_degraded_view_and_hyper_parameters(digits):
     assert {f.name for f in D.hyper_fields("recoupled_admm", "denoise", digits)} == {"grid_power", "t_max", "dual_step", "eta"}
     assert D.hyper_fields("ot_ode", "sr4", digits)[1].choices == ("constant", "gamma_t")
     assert not D.tuned_available("flower", "sr4", digits, 50)  # tuned.json has no sr4 entries
+    assert D.hyper_source("flower", "sr4", digits, 50, "tuned") == "paper"  # the fallback, decided in lab
+    assert D.hyper_source("recoupled_admm", "deblur", digits, 50, "tuned") == "tuned"
+    assert D.hyper_source("recoupled_admm", "deblur", digits, 50, "paper") == "paper"
 
 
 def test_cancel_stops_a_run_between_evaluations(digits):
@@ -173,8 +176,10 @@ def test_image_conversion(digits):
     assert float(D.to_prior_image(rgba, (1, 8, 8), invert=False)[0].min()) == pytest.approx(1.0)
     t = torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8)
     torch.testing.assert_close(D.to_prior_image(t, (1, 8, 8), invert=False)[0], t[0].double())
-    with pytest.raises(D.ImageError):
+    with pytest.raises(D.ImageError) as bad:
         D.read_image_bytes(b"not an image")
+    assert str(bad.value) == ("not an image: 12 bytes starting b'not an i'; its format is not one PIL knows. "
+                              "Upload a PNG, JPEG, GIF, BMP, TIFF or WebP file")  # not PIL's "<_io.BytesIO object at 0x...>"
     with pytest.raises(D.ImageError):
         D.to_prior_image(np.zeros((2, 3, 4, 5)), (1, 8, 8))
 

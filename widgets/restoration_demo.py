@@ -289,11 +289,8 @@ class RestorationDemo(W.VBox):
 
     def _rebuild_hyper(self) -> None:
         key, task, nfe = self.method_picker.value, self.task_picker.value, int(self.nfe_picker.value)
-        source = self.values_picker.value
-        note = ""
-        if source == "tuned" and not D.tuned_available(key, task, self._bundle, nfe):
-            source = "paper"
-            note = "no tuned values for this prior / task / method: paper values shown"
+        source = D.hyper_source(key, task, self._bundle, nfe, self.values_picker.value)
+        note = "no tuned values for this prior / task / method: paper values shown" if source != self.values_picker.value else ""
         fields = D.hyper_fields(key, task, self._bundle, nfe, source)
         widgets = {}
         for f in fields:
@@ -319,9 +316,7 @@ class RestorationDemo(W.VBox):
         bundle = D.load_prior(params["prior"])
         hyper = params["hyper"]
         if bundle is not self._bundle:  # a new prior: its own defaults (tuned values exist for some priors only)
-            source = params["values"]
-            if source == "tuned" and not D.tuned_available(params["method"], params["task"], bundle, params["nfe"]):
-                source = "paper"
+            source = D.hyper_source(params["method"], params["task"], bundle, params["nfe"], params["values"])
             hyper = D.default_hyper(params["method"], params["task"], bundle, params["nfe"], source)
         kind, ref = params["image"]
         if kind == "test":

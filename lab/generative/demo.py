@@ -307,6 +307,12 @@ def tuned_available(key: str, task: str, prior: DemoPrior, nfe: int) -> bool:
         return False
 
 
+def hyper_source(key: str, task: str, prior: DemoPrior, nfe: int, requested: str) -> str:
+    """The values to show for a request: ``requested`` (``"paper"`` or ``"tuned"``), or ``"paper"`` when
+    tuned values were asked for but ``tuned.json`` has none for this method, task and prior."""
+    return "paper" if requested == "tuned" and not tuned_available(key, task, prior, nfe) else requested
+
+
 def default_hyper(key: str, task: str, prior: DemoPrior | None = None, nfe: int = 50, source: str = "paper") -> dict:
     """The method's hyper-parameters for ``task``: the paper's (``Config`` defaults with per-task
     defaults resolved) or, with ``source="tuned"``, the validation-tuned values of ``tuned.json``
@@ -360,11 +366,16 @@ def read_image_bytes(data: bytes) -> np.ndarray:
     ``(H, W, 3)`` or ``(H, W, 4)``. Raises :class:`ImageError` when PIL cannot read them."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    data = bytes(data)
     try:
-        img = Image.open(io.BytesIO(bytes(data)))
+        img = Image.open(io.BytesIO(data))
         img = ImageOps.exif_transpose(img)
     except (UnidentifiedImageError, OSError) as exc:
-        raise ImageError(f"not an image PIL can read: {exc}") from None
+        # PIL's own message names its in-memory buffer ("<_io.BytesIO object at 0x...>"), which tells a user nothing
+        why = "its format is not one PIL knows" if isinstance(exc, UnidentifiedImageError) else f"PIL could not decode it ({exc})"
+        raise ImageError(
+            f"not an image: {len(data):,} bytes starting {data[:8]!r}; {why}. Upload a PNG, JPEG, GIF, BMP, TIFF or WebP file"
+        ) from None
     if img.mode not in ("L", "RGB", "RGBA"):
         img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
     return np.asarray(img)
