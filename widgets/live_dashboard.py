@@ -12,7 +12,8 @@ background thread of the kernel, :meth:`stop` ends that.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ipywidgets as W
@@ -43,6 +44,9 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
         Site names, one column each.
     width : int
         Pixel width of each site's column.
+    clock : callable, default time.time
+        Now, in epoch seconds: a site whose newest sample is older than its stale threshold is shown as
+        stale (:meth:`lab.hpc.live.LiveSites.state`), e.g. once the sites or the service have stopped.
 
     Attributes
     ----------
@@ -53,8 +57,9 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
 
     _refresh_thread_name = "lab-live-dashboard"
 
-    def __init__(self, db: str | Path, sites: Sequence[str], *, width: int = 300):
+    def __init__(self, db: str | Path, sites: Sequence[str], *, width: int = 300, clock: Callable[[], float] = time.time):
         self.live = LiveSites(db)
+        self.clock = clock
         self.site_names = list(sites)
         if not self.site_names:
             raise ValueError("LiveSitesDashboard needs at least one site")
@@ -79,7 +84,9 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
     def refresh(self) -> int:
         """Fold new events into the view, updating it in place; returns how many arrived."""
         new = self.live.update()
-        if not new and self.status.value:
+        status = " &middot; ".join(self._site_status(name) for name in self.site_names)
+        if not new and self.decisions.value:
+            self.status.value = status  # ages grow without new events: a stopped site turns stale
             return 0
         with self.figure.batch_update():
             for k, name in enumerate(self.site_names):
@@ -91,29 +98,54 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
                 self.figure.data[base + _PENDING].update(x=x, y=s.pending)
                 self.figure.data[base + _RUNNING].update(x=x, y=s.running)
                 self.figure.data[base + _BUSY].update(x=x, y=s.busy_cpus)
-        self.status.value = " &middot; ".join(self._site_status(name) for name in self.site_names)
+        self.status.value = status
         self.decisions.value = self._decisions_html()
         self.events.value = self._events_html()
         return len(new)
 
     def _site_status(self, name: str) -> str:
-        s = self.live.sites.get(name)
-        if s is None:
-            return f"<b>{html.escape(name)}</b>: no sample yet"
-        if not s.available:
-            return f"<b>{html.escape(name)}</b>: <span style='color:#d62728'>unavailable</span>"
-        return f"<b>{html.escape(name)}</b>: {s.pending[-1]} pending, {s.running[-1]} running, {s.busy_cpus[-1]}/{s.total_cpus} CPUs busy"
+        s, st = self.live.sites.get(name), self.live.state(name, self.clock())
+        label = f"<b>{html.escape(name)}</b>: "
+        if st.state == "no sample":
+            return label + "no sample yet"
+        if st.state == "unavailable":
+            return label + "<span style='color:#d62728'>unavailable</span>"
+        numbers = f"{s.pending[-1]} pending, {s.running[-1]} running, {s.busy_cpus[-1]}/{s.total_cpus} CPUs busy"
+        if st.state == "stale":
+            return label + (f"<span class='lab-stale' style='color:#7f7f7f'>stopped or not polled: no sample for {st.age_s:,.0f} s "
+                            f"(last: {numbers} at {_clock(s.time[-1])})</span>")
+        return label + numbers
 
     def _decisions_html(self, last: int = 8) -> str:
+        decisions = self.live.decisions[-last:][::-1]
+        if not decisions:
+            return "<div><b>placement decisions</b></div><div>no placement yet</div>"
+        rows = [{"time": _clock(d["time"]), "job": d["job"], "policy": d["policy"], "chosen": d["chosen"]} for d in decisions]
+        newest = decisions[0]
+        return ("<div><b>placement decisions</b></div>" + pd.DataFrame(rows).to_html(index=False, border=0)
+                + f"<div><b>what each site showed</b> for {html.escape(newest['job'])} ({html.escape(newest['policy'])})</div>"
+                + self._candidates_table(newest).to_html(index=False, border=0, na_rep="", escape=False))
+
+    @staticmethod
+    def _candidates_table(d: dict) -> pd.DataFrame:
+        """One row per site of a decision: what the policy saw (seconds are relative to the decision)."""
+        t0 = d["time"]
+
+        def rel(t):
+            return None if t is None else f"+{max(0.0, t - t0):,.0f}"
+
         rows = []
-        for d in self.live.decisions[-last:][::-1]:
-            seen = "; ".join(
-                f"{c['site']}: " + (f"start +{max(0.0, (c['estimated_start'] or d['time']) - d['time']):.0f} s, {c['pending']} pending" if c["eligible"] else "not eligible")
-                for c in d["candidates"]
-            )
-            rows.append({"time": _clock(d["time"]), "job": d["job"], "policy": d["policy"], "chosen": d["chosen"], "what each site showed": seen})
-        table = pd.DataFrame(rows).to_html(index=False, border=0) if rows else "<div>no placement yet</div>"
-        return "<div><b>placement decisions</b></div>" + table
+        for c in d["candidates"]:
+            rows.append({
+                "site": ("&#9654; " if c["site"] == d["chosen"] else "") + html.escape(c["site"]),
+                "eligible": "yes" if c["eligible"] else f"no: {html.escape(c.get('reason') or 'not eligible')}",
+                "pending": c.get("pending"), "running": c.get("running"),
+                "idle / total CPUs": None if c.get("idle_cpus") is None else f"{c['idle_cpus']} / {c.get('total_cpus')}",
+                "start in (s)": rel(c.get("estimated_start")),
+                "transfer (s)": None if not c["eligible"] else f"{c.get('transfer_s', 0.0):,.0f}",
+                "done in (s)": rel(c.get("predicted_completion")),
+            })
+        return pd.DataFrame(rows)
 
     def _events_html(self, last: int = 12) -> str:
         rows = [{"time": _clock(e.time), "event": e.kind, "about": e.key} for e in list(self.live.events)[-last:][::-1]]

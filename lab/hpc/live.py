@@ -16,9 +16,24 @@ from pathlib import Path
 
 from lab.events import Event, EventLog
 
-__all__ = ["LiveSites", "SiteSeries"]
+__all__ = ["LiveSites", "SiteSeries", "SiteState"]
 
 JOB_KINDS = ("job.submitted", "job.started", "job.completed", "job.failed", "job.cancelled", "job.timeout")
+
+
+@dataclass(frozen=True)
+class SiteState:
+    """What a view should say of a site now (:meth:`LiveSites.state`).
+
+    ``state``: ``"no sample"`` (nothing heard yet), ``"unavailable"`` (the service reported it down),
+    ``"stale"`` (no sample for longer than ``stale_after_s``: the service or the site has stopped, e.g.
+    after ``testbed.down()``), or ``"live"``. ``age_s``: seconds since the newest sample (None without
+    one); ``stale_after_s``: the threshold used.
+    """
+
+    state: str
+    age_s: float | None
+    stale_after_s: float
 
 
 @dataclass
@@ -59,6 +74,23 @@ class LiveSites:
             self.cursor = event.seq
             self._fold(event)
         return new
+
+    def state(self, name: str, now: float, *, stale_after_s: float | None = None) -> SiteState:
+        """Whether site ``name``'s numbers are current at ``now`` (epoch s).
+
+        ``stale_after_s`` defaults to three times the median spacing of the site's samples (the
+        service's poll interval, as observed), and at least 10 s.
+        """
+        s = self.sites.get(name)
+        if s is None or not s.time:
+            return SiteState("unavailable" if s is not None and not s.available else "no sample", None, stale_after_s or 10.0)
+        if stale_after_s is None:
+            gaps = sorted(b - a for a, b in zip(s.time, s.time[1:]))
+            stale_after_s = max(10.0, 3 * gaps[len(gaps) // 2]) if gaps else 10.0
+        age = now - s.time[-1]
+        if not s.available:
+            return SiteState("unavailable", age, stale_after_s)
+        return SiteState("stale" if age > stale_after_s else "live", age, stale_after_s)
 
     def _fold(self, event: Event) -> None:
         kind, p = event.kind, event.payload
