@@ -98,7 +98,7 @@ bench: setup slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.queue_replay --out benchmarks/results/queue_replay.json
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.placement --out benchmarks/results/placement.json
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.mapgraph --out benchmarks/results/mapgraph.json
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs $(BENCH_JOBS) --learned-claims full
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs $(BENCH_JOBS) --learned-claims full --ship
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.comm --out benchmarks/results/comm.json
 
 clean:

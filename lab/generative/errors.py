@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from lab import LabError
 
-__all__ = ["GenerativeError", "OperatorError", "PriorError", "MethodError", "NFEBudgetError"]
+__all__ = [
+    "GenerativeError", "OperatorError", "PriorError", "MethodError", "NFEBudgetError", "ResultsError", "ResultsNotFoundError",
+]
 
 
 class GenerativeError(LabError):
@@ -29,3 +31,15 @@ class MethodError(GenerativeError, ValueError):
 
 class NFEBudgetError(MethodError):
     """A method cannot spend exactly the requested number of network evaluations (or did not)."""
+
+
+class ResultsError(GenerativeError):
+    """A committed benchmark result that ships with the package (:mod:`lab.generative.results`) cannot be read."""
+
+    def __init__(self, message: str, *, name: str, path):
+        super().__init__(message)
+        self.name, self.path = name, path
+
+
+class ResultsNotFoundError(ResultsError, FileNotFoundError):
+    """The shipped copy of a benchmark result is missing (``path`` is the file that was looked for)."""
