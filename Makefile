@@ -64,11 +64,15 @@ lab: setup
 
 # Voila asks for a token too: VOILA_TOKEN, else LAB_TOKEN, else a fresh one. Both servers get their token through
 # the environment (JUPYTER_TOKEN), never the command line, where `ps` would show it to every user of a login node.
+# The page renders with the project's template, jupyter-data/voila/templates/research-lab (found through JUPYTER_PATH):
+# Voila's lab template without its Font Awesome stylesheets from a CDN, so no request leaves 127.0.0.1.
+VOILA_DATA_PATH := $(CURDIR)/jupyter-data
 voila: setup
 	@token=$${VOILA_TOKEN:-$${LAB_TOKEN:-$$($(NEW_TOKEN))}}; \
 	echo; echo "  research-lab: open http://127.0.0.1:$(VOILA_PORT)/?token=$$token"; echo; \
-	cd notebooks && JUPYTER_TOKEN=$$token exec "$(abspath $(BIN))/voila" --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
-	  --Voila.auto_token=True 01_site_queues.ipynb
+	cd notebooks && JUPYTER_TOKEN=$$token JUPYTER_PATH="$(VOILA_DATA_PATH)$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
+	  exec "$(abspath $(BIN))/voila" --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
+	  --Voila.auto_token=True --template=research-lab 01_site_queues.ipynb
 
 # The browser test needs Debian's Chromium; as root we install it, otherwise the test fails and says how.
 chromium:

@@ -124,13 +124,16 @@ def voila_notebook(code: str, path: Path) -> Path:
 @contextlib.contextmanager
 def voila_server(notebook: Path, log_path: Path, timeout_s: float = 120):
     """``voila NOTEBOOK`` from its folder on a free port until it accepts connections; yields the port.
-    Tracebacks are shown, so that :class:`PageWatch` can fail with the notebook's own error."""
+    Tracebacks are shown, so that :class:`PageWatch` can fail with the notebook's own error. It renders with
+    the project's Voila template, as `make voila` does (:data:`VOILA_TEMPLATE`, :func:`voila_env`, below)."""
     import sys
 
     voila = Path(sys.executable).with_name("voila")
     port = free_port()
-    cmd = [str(voila), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", "--show_tracebacks=True", notebook.name]
-    with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s) as p:
+    cmd = [str(voila), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}", "--show_tracebacks=True",
+           f"--template={VOILA_TEMPLATE}", notebook.name]
+    env = voila_env(jupyter_env(log_path.parent / "jupyter"))
+    with serve(cmd, port, log_path, cwd=notebook.parent, name="voila", timeout_s=timeout_s, env=env) as p:
         yield p
 
 
@@ -330,3 +333,151 @@ def check_dashboard_follows_slider(watch: PageWatch, screenshot: str) -> None:
     assert after_tables[0] != before_tables[0]  # Theta 2022's queue a day later
     assert [x0 for x0, _ in after_state] == pytest.approx([31.0, 31.0, 31.0])
     assert [y for _, y in after_state] == pending_at_day(31)
+
+
+# --- nothing leaves the machine: every request a page makes, and its console -----------------------
+#
+# A dashboard runs on an HPC login or compute node, offline: every request must go to the lab's own server
+# on 127.0.0.1. Voila 0.5's lab template links Font Awesome 5 from cdn.jsdelivr.net; the project's template
+# (jupyter-data/voila/templates/research-lab, found through JUPYTER_PATH) leaves those links out (Voila's
+# bundle and @jupyter-widgets/controls already inline Font Awesome 5.15.4 and its fonts).
+
+from urllib.parse import urlsplit  # noqa: E402 - this section's own import
+
+VOILA_TEMPLATE = "research-lab"
+VOILA_DATA_DIR = ROOT / "jupyter-data"  # holds voila/templates/research-lab
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+LOCAL_SCHEMES = frozenset({"data", "blob", "about", "javascript"})  # never leave the browser
+
+
+def voila_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :data:`VOILA_DATA_DIR` first on ``JUPYTER_PATH``, where Voila finds :data:`VOILA_TEMPLATE`
+    (what `make voila` sets too)."""
+    rest = env.get("JUPYTER_PATH")
+    return {**env, "JUPYTER_PATH": os.pathsep.join([str(VOILA_DATA_DIR), *([rest] if rest else [])])}
+
+
+def is_loopback(url: str) -> bool:
+    """Whether a request to ``url`` stays on this machine: a data:/blob:/about: URL, or a host in :data:`LOOPBACK_HOSTS`."""
+    parts = urlsplit(url)
+    return parts.scheme in LOCAL_SCHEMES or (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+# Webpack module federation's warnings when an extension's bundle was built against other versions of a shared
+# package than the page provides ("Unsatisfied version 4.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton
+# module @jupyterlab/rendermime (required ^4.6.2)").
+SHARED_MODULE_WARNING_RE = re.compile(r"^(Unsatisfied version|No satisfying version)")
+
+# Voila 0.5.13's page (the latest Voila) provides JupyterLab 4.2.5's packages (its core bundle, voila.js, is built
+# against them), while the widget extensions it loads were built against newer ones: jupyterlab_widgets 3.0.17's
+# @jupyter-widgets/jupyterlab-manager (which ipywidgets 8.1.9 requires, ~=3.0.17) against JupyterLab 4.6.2, and
+# Voila's own @voila-dashboards/widgets-manager8 0.5.13 against 4.5.10. jupyter-builder writes the building
+# JupyterLab's version as the required one (package.json asks ^4.0.0), so every shared @jupyterlab package they
+# use warns; the 4.2.5 singletons are used and the widgets work. No released Voila is built on JupyterLab >= 4.5,
+# and Voila's extensions cannot be left out (Voila skips jupyterlab-manager's main plugin but needs its base,
+# controls and output plugins: without the extension no widget renders), so these 13 cannot be removed here;
+# they are allowed for exactly these versions and any other shared-module warning fails (see NetworkWatch).
+VOILA_KNOWN_SHARED_MODULE_WARNINGS = {
+    ("0.5.13", "3.0.17"): frozenset(
+        [
+            *(f"Unsatisfied version 4.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton module @jupyterlab/{m} (required ^4.6.2)"
+              for m in ("console", "logconsole", "mainmenu", "notebook", "rendermime", "settingregistry", "translation")),
+            "Unsatisfied version 7.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton module @jupyterlab/services (required ^7.6.2)",
+            "No satisfying version (^4.6.2) of shared module @jupyterlab/outputarea found in shared scope default.\n"
+            "Available versions: 4.2.5 from _JUPYTERLAB.CORE_OUTPUT",
+            *(f"Unsatisfied version 4.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton module @jupyterlab/{m} (required ^4.5.10)"
+              for m in ("rendermime", "statedb")),
+            "Unsatisfied version 7.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton module @jupyterlab/services (required ^7.5.10)",
+            "Unsatisfied version 6.2.5 from _JUPYTERLAB.CORE_OUTPUT of shared singleton module @jupyterlab/coreutils (required ^6.5.10)",
+        ]
+    ),
+}
+
+
+def voila_known_warnings() -> frozenset[str]:
+    """The shared-module warnings Voila's own build explains for the installed Voila and jupyterlab_widgets
+    (:data:`VOILA_KNOWN_SHARED_MODULE_WARNINGS`); none for other versions, whose warnings must be looked at anew."""
+    from importlib.metadata import version
+
+    return VOILA_KNOWN_SHARED_MODULE_WARNINGS.get((version("voila"), version("jupyterlab_widgets")), frozenset())
+
+
+class NetworkWatch:
+    """Records every request, websocket and console message of a Playwright page, and fails the test
+    (:meth:`check`) on any request or websocket whose host is not 127.0.0.1 / localhost / ::1, on any console
+    error or uncaught page error, and on any shared-module version warning that is not ``known``.
+
+    Make one right after ``browser.new_page()``, before ``page.goto``, beside :class:`PageWatch`; call
+    :meth:`check` at the end of the test, once the page has done what the test waits for::
+
+        watch = PageWatch(page, "voila_my_widget")
+        net = NetworkWatch(page, "voila_my_widget", voila=True)   # voila=False for a JupyterLab page
+        page.goto(url)
+        ...
+        net.check()
+
+    ``voila=True`` allows the warnings Voila's build explains (:func:`voila_known_warnings`); ``allow`` takes
+    regular expressions of console errors a test expects (say why beside it). On a failure it saves
+    ``<name>-network-failure.png`` under :data:`ARTIFACTS`.
+    """
+
+    def __init__(self, page, name: str, *, voila: bool = False, allow: tuple[str, ...] = ()):
+        self.page, self.name = page, name
+        self.known = voila_known_warnings() if voila else frozenset()
+        self.allow = [re.compile(a) for a in allow]
+        self.requests: list[str] = []  # "METHOD url", in order
+        self.offsite: list[str] = []  # requests and websockets whose host is not loopback
+        self.failed: list[str] = []  # requests that failed (an aborted one is not an error by itself: reported only)
+        self.console_errors: list[str] = []
+        self.warnings: list[str] = []
+        self.page_errors: list[str] = []
+        page.on("request", self._on_request)
+        page.on("requestfailed", lambda r: self.failed.append(f"{r.method} {r.url}: {r.failure}"))
+        page.on("websocket", self._on_websocket)
+        page.on("console", self._on_console)
+        page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+
+    def _on_request(self, request) -> None:
+        self.requests.append(f"{request.method} {request.url}")
+        if not is_loopback(request.url):
+            self.offsite.append(f"{request.method} {request.url} ({request.resource_type})")
+
+    def _on_websocket(self, ws) -> None:
+        if not is_loopback(ws.url):
+            self.offsite.append(f"websocket {ws.url}")
+
+    def _on_console(self, msg) -> None:
+        if msg.type == "error":
+            where = msg.location.get("url", "") if isinstance(msg.location, dict) else ""
+            self.console_errors.append(f"{msg.text}" + (f" (at {where})" if where else ""))
+        elif msg.type == "warning":
+            self.warnings.append(msg.text)
+
+    def version_warnings(self) -> list[str]:
+        """The shared-module version warnings so far (known or not)."""
+        return [w for w in self.warnings if SHARED_MODULE_WARNING_RE.match(w)]
+
+    def problems(self) -> list[str]:
+        """What :meth:`check` fails on, one line each."""
+        out = [f"request off the machine: {r}" for r in self.offsite]
+        out += [f"console error: {e}" for e in self.console_errors if not any(a.search(e) for a in self.allow)]
+        out += [f"page error: {e}" for e in self.page_errors]
+        out += [f"shared-module version warning: {w}" for w in self.version_warnings() if w not in self.known]
+        return out
+
+    def check(self) -> None:
+        problems = self.problems()
+        if not problems:
+            return
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / f"{self.name}-network-failure.png"
+        try:
+            self.page.screenshot(path=str(shot), full_page=True)
+        except Exception as exc:  # noqa: BLE001 - the failure must still say why
+            shot = f"(none: {exc})"
+        failed = "".join(f"\n  {f}" for f in self.failed)
+        pytest.fail(
+            f"{self.name}: the page left the machine or logged errors ({len(self.requests)} requests):\n  "
+            + "\n  ".join(problems) + (f"\nfailed requests:{failed}" if failed else "") + f"\nscreenshot: {shot}",
+            pytrace=False,
+        )

@@ -6,7 +6,8 @@ writes outputs into the checked-in notebook, and every Jupyter folder (config, d
 settings and workspaces, temp) is under ``tmp_path`` (:func:`tests.browser.jupyter_env`). The user's
 workspaces folder holds a stale workspace with 07_image_restoration.ipynb open, as after an earlier
 lab: `make lab` must ignore it, open exactly the notebook in its URL and start one kernel. A second
-test proves that a notebook that raises ends the wait at once with the kernel's error.
+test proves that a notebook that raises ends the wait at once with the kernel's error. Both fail on any
+request that leaves 127.0.0.1 and on console errors (:class:`tests.browser.NetworkWatch`).
 Fails (never skips) without Chromium.
 """
 
@@ -27,6 +28,7 @@ from tests.browser import (
     CHROMIUM_ARGS,
     ERROR_OUTPUTS_JS,
     ROOT,
+    NetworkWatch,
     PageWatch,
     check_dashboard_follows_slider,
     chromium,
@@ -85,6 +87,7 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1100})
                 watch = PageWatch(page, "lab_queue_dashboard")
+                net = NetworkWatch(page, "lab_queue_dashboard")
                 page.goto(f"{base}/lab/tree/01_site_queues.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
                 # a clean workspace: exactly the notebook in the URL, one kernel
@@ -100,6 +103,7 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
                 assert ANNOUNCEMENTS in page.evaluate(DISABLED_JS)
                 toasts = page.locator(".Toastify__toast").all_inner_texts()
                 assert not [t for t in toasts if "official Jupyter news" in t], toasts
+                net.check()  # every request went to 127.0.0.1, no console error, no shared-module version warning
             finally:
                 browser.close()
     assert run_workspaces() == []  # removed when the lab stopped
@@ -130,6 +134,7 @@ def test_a_lab_notebook_error_fails_the_wait_at_once_with_the_kernels_error(tmp_
             try:
                 page = browser.new_page(viewport={"width": 1200, "height": 800})
                 watch = PageWatch(page, "lab_raising_notebook")
+                net = NetworkWatch(page, "lab_raising_notebook")
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/raises.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel", timeout_s=180)
                 run_all_cells(page)
@@ -140,6 +145,7 @@ def test_a_lab_notebook_error_fails_the_wait_at_once_with_the_kernels_error(tmp_
                 # the page's error output is read as one too (the kernel's message may come first)
                 page.wait_for_function(f"() => ({ERROR_OUTPUTS_JS})().length === 1", timeout=10_000)
                 page_error = page.evaluate(ERROR_OUTPUTS_JS)[0]
+                net.check()
             finally:
                 browser.close()
     message = str(failed.value)

@@ -1,4 +1,5 @@
 """End to end: `make voila` serves the dashboard notebook with a token; a real Chromium moves the slider and sees it change.
+Every request the page makes stays on 127.0.0.1 and it logs no console error (:class:`tests.browser.NetworkWatch`).
 
 Needs Debian's Chromium (``make test`` installs it when run as root). Without it this
 test fails, never skips, and says how to install it. The screenshot is written to
@@ -17,6 +18,7 @@ import pytest
 from tests.browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,
+    NetworkWatch,
     PageWatch,
     check_dashboard_follows_slider,
     chromium,
@@ -47,12 +49,22 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1450, "height": 1100})
             watch = PageWatch(page, "voila_queue_dashboard")
+            net = NetworkWatch(page, "voila_queue_dashboard", voila=True)
             page.goto(f"{base}/?token={token}", timeout=300_000)
             check_dashboard_follows_slider(watch, "voila_queue_dashboard.png")
             assert not watch.page_errors, watch.page_errors
+            net.check()  # every request went to 127.0.0.1 (no Font Awesome from a CDN), no console error
+            assert any("/voila/templates/research-lab/static/" in r for r in net.requests)  # the project's template
+            assert page.evaluate(FONT_AWESOME_JS) == FONT_AWESOME_5  # icons still have their font, served locally
         finally:
             browser.close()
     assert "deprecated" not in log.read_text().lower()
+
+
+# An ipywidgets Button's icon: Font Awesome 5's "check" glyph in its own font (the CSS and fonts Voila's bundle inlines).
+FONT_AWESOME_JS = """() => { const i = document.createElement('i'); i.className = 'fa fa-check'; document.body.appendChild(i);
+    const s = getComputedStyle(i, '::before'); const out = [s.fontFamily, s.content]; i.remove(); return out; }"""
+FONT_AWESOME_5 = ['"Font Awesome 5 Free"', '"\uf00c"']
 
 
 RAISING_CELL = """
@@ -82,11 +94,13 @@ def test_a_notebook_error_fails_the_wait_at_once_with_its_text(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 800})
             watch = PageWatch(page, "voila_raising_notebook")
+            net = NetworkWatch(page, "voila_raising_notebook", voila=True)
             page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
             start = time.monotonic()
             with pytest.raises(pytest.fail.Exception) as failed:
                 watch.wait_for(page.locator(".js-plotly-plot"), what="the figure", timeout_s=300)
             elapsed = time.monotonic() - start
+            net.check()  # voila_server's page too: nothing off the machine
         finally:
             browser.close()
     message = str(failed.value)
