@@ -147,6 +147,29 @@ def test_widget_filters_and_time_round_trip():
     assert w.get_state()["filters"]["agents"] == ["alice"]
 
 
+def test_widget_syncs_the_visible_ids_python_computes():
+    w = ProvenanceExplorer(small_graph(), run="r1")
+    assert w.visible == visible_ids(w.elements) and len(w.visible) == 7
+    assert "visible" in w.get_state() and w.get_state()["visible"] == w.visible
+    # what the front end sends when a checkbox is unticked or the scrubber moves: Python answers with `visible`
+    w.set_state({"filters": {"types": ["source", "memory"], "agents": ["alice"], "scopes": [PUBLIC, "finance"]}})
+    assert w.visible == ["s1", "s2", "m1"]
+    w.set_state({"time_max": 2.5})
+    assert w.visible == ["s1", "s2"] == visible_ids(w.elements, w.filters, w.time_max)
+    w.time_max = None
+    w.refresh()  # filters reset: everything visible again
+    assert w.visible == [n["data"]["id"] for n in w.elements["nodes"]]
+
+
+def test_front_end_has_no_visibility_rule_of_its_own():
+    """The rule lives in lab.provenance.view.visible_ids only: the ESM toggles classes from `visible`."""
+    src = (BUNDLE.parent / "js" / "provenance_explorer" / "src" / "index.js").read_text()
+    assert "applyVisibility" not in src and 'model.get("visible")' in src
+    assert 'model.get("time_max")' not in src.split("function applyVisible")[1].split("function ")[0]
+    bundle = BUNDLE.read_text()
+    assert '.get("visible")' in bundle and "__labExplorers" in bundle  # the committed bundle is built from it
+
+
 def test_five_thousand_nodes_build_quickly():
     g = ProvenanceGraph()
     nodes, edges = [Node(id="agent", type="agent")], []

@@ -2,10 +2,11 @@
 
 A thin anywidget over :mod:`lab.provenance.view`: Python computes the elements (types, path
 trust, eligibility for an agent with the reason, gate decisions), the lineage neighbourhood of
-the selected node and its details; the front end (``provenance_explorer.js``, bundled from
-``widgets/js/provenance_explorer``; rebuild with ``npm ci && npm run build`` there) draws them
-with cytoscape, lets the user click a node (``selected``), tick filters (``filters``) and scrub
-time (``time_max``), and styles whatever ``highlight`` says.
+the selected node and its details, and which nodes the filters and the time limit leave visible
+(``visible``, by :func:`lab.provenance.view.visible_ids`); the front end (``provenance_explorer.js``,
+bundled from ``widgets/js/provenance_explorer``; rebuild with ``npm ci && npm run build`` there) draws
+them with cytoscape, lets the user click a node (``selected``), tick filters (``filters``) and scrub
+time (``time_max``), shows exactly the ``visible`` nodes and styles whatever ``highlight`` says.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lab.provenance.access import AccessPolicy
 from lab.provenance.errors import UnknownNodeError
 from lab.provenance.gate import GateDecision
 from lab.provenance.graph import ProvenanceGraph
-from lab.provenance.view import describe, explorer_elements, neighbourhood
+from lab.provenance.view import describe, explorer_elements, neighbourhood, visible_ids
 
 __all__ = ["ProvenanceExplorer"]
 
@@ -45,7 +46,9 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     Synced traits: ``elements`` (from :func:`lab.provenance.view.explorer_elements`), ``selected``
     (a node id; a click in the browser sets it), ``filters`` (``types``/``agents``/``scopes``
     lists of the values shown), ``time_max`` (nodes later than it are hidden; ``None``: none),
-    ``highlight`` (``ancestors``/``descendants`` of ``selected``) and ``detail`` (its description).
+    ``visible`` (the node ids ``filters`` and ``time_max`` leave shown, recomputed here whenever one of
+    them or ``elements`` changes; the browser only shows these), ``highlight`` (``ancestors``/``descendants``
+    of ``selected``) and ``detail`` (its description).
     """
 
     _esm = _BUNDLE
@@ -53,6 +56,7 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     selected = t.Unicode("").tag(sync=True)
     filters = t.Dict().tag(sync=True)
     time_max = t.Float(None, allow_none=True).tag(sync=True)
+    visible = t.List(t.Unicode()).tag(sync=True)
     highlight = t.Dict().tag(sync=True)
     detail = t.Dict().tag(sync=True)
 
@@ -75,9 +79,14 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Recompute the elements from the graph's current state (filters reset to show everything)."""
         els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
-        self.elements = els
-        self.filters = {"types": list(els["types"]), "agents": list(els["agents"]), "scopes": list(els["scopes"])}
-        self._update_selection()
+        with self.hold_sync():  # one message: the front end redraws with the new elements' visible ids
+            self.elements = els
+            self.filters = {"types": list(els["types"]), "agents": list(els["agents"]), "scopes": list(els["scopes"])}
+            self._update_selection()
+
+    @t.observe("elements", "filters", "time_max")
+    def _on_visibility_inputs(self, change) -> None:
+        self.visible = visible_ids(self.elements, self.filters, self.time_max)
 
     @t.observe("selected")
     def _on_selected(self, change) -> None:

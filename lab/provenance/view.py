@@ -14,7 +14,8 @@ Everything a graph explorer shows is computed here, in plain ``lab`` code, as JS
 :func:`describe`
     the fields of one node with its trust, eligibility reason and gate decision.
 :func:`visible_ids`
-    which node ids a set of filters and a time limit leave visible (the rule a front end applies).
+    which node ids a set of filters and a time limit leave visible (the one copy of that rule:
+    ``widgets.ProvenanceExplorer`` syncs its result as ``visible`` and the browser only shows those).
 
 A node's *agent* (the ``agents`` facet) is its owner; an agent node's is its own id. Its *scopes*
 are its own labels, or :data:`PUBLIC` when it has none.

@@ -1,6 +1,7 @@
 // Front end of widgets.ProvenanceExplorer (anywidget). Draws what Python computed
-// (lab.provenance.view); it only hides/styles elements and sends back user input:
-// `selected` (node click), `filters` (checkboxes), `time_max` (time scrubber).
+// (lab.provenance.view) and sends back user input: `selected` (node click), `filters`
+// (checkboxes), `time_max` (time scrubber). Which nodes are shown is Python's answer too
+// (`visible`, from lab.provenance.view.visible_ids): this file only toggles classes from it.
 import cytoscape from "cytoscape";
 import dagre from "cytoscape-dagre";
 
@@ -21,6 +22,7 @@ const CSS = `
 .lab-pe-side { width: 230px; padding: 6px; border-right: 1px solid #ddd; overflow-y: auto; max-height: 560px; }
 .lab-pe-side fieldset { border: 1px solid #eee; margin: 0 0 6px 0; padding: 2px 6px; }
 .lab-pe-side legend { font-weight: bold; }
+.lab-pe-count { color: #555; margin: 2px 0 4px 0; }
 .lab-pe-side label { display: block; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .lab-pe-main { flex: 1; display: flex; flex-direction: column; min-width: 0; }
 .lab-pe-cy { height: 500px; width: 100%; position: relative; }
@@ -145,6 +147,7 @@ function render({ model, el }) {
 
   let cy = null;
   let boxes = {}; // facet -> value -> checkbox
+  let count = null; // "N of M nodes shown"
 
   function facetValues() {
     const out = {};
@@ -152,24 +155,21 @@ function render({ model, el }) {
     return out;
   }
 
-  function applyVisibility() {
+  let tipNode = null; // the node the tooltip is about
+
+  function hideTip() {
+    tip.style.display = "none";
+    tipNode = null;
+  }
+
+  // Python's `visible` ids are shown, every other node gets the `hidden` class (display: none,
+  // so it is neither drawn nor hit by clicks and hovers); an open tooltip of a hidden node closes.
+  function applyVisible() {
     if (!cy) return;
-    const f = model.get("filters") || {};
-    const sets = {};
-    for (const k of ["types", "agents", "scopes"]) if (Array.isArray(f[k])) sets[k] = new Set(f[k]);
-    const tmax = model.get("time_max");
-    cy.batch(() => {
-      cy.nodes().forEach((n) => {
-        const d = n.data();
-        const show =
-          (!sets.types || sets.types.has(d.type)) &&
-          (!sets.agents || sets.agents.has(d.agent)) &&
-          (!sets.scopes || d.scopes.some((s) => sets.scopes.has(s))) &&
-          (tmax === null || tmax === undefined || d.time <= tmax);
-        if (show) n.removeClass("hidden");
-        else n.addClass("hidden");
-      });
-    });
+    const shown = new Set(model.get("visible") || []);
+    cy.batch(() => cy.nodes().forEach((n) => n.toggleClass("hidden", !shown.has(n.id()))));
+    if (tipNode && !shown.has(tipNode)) hideTip();
+    if (count) count.textContent = `${cy.nodes().filter((n) => !n.hasClass("hidden")).length} of ${cy.nodes().length} nodes shown`;
   }
 
   function buildFilters(els) {
@@ -179,6 +179,8 @@ function render({ model, el }) {
     const title = h("div", {}, h("b", {}, `${els.nodes.length} nodes, ${els.edges.length} edges`));
     if (els.truncated) title.append(h("div", {}, `(of ${els.total}: truncated)`));
     if (els.agent) title.append(h("div", {}, `eligibility for ${els.agent}`));
+    count = h("div", { class: "lab-pe-count" });
+    title.append(count);
     side.append(title);
     for (const facet of ["types", "agents", "scopes"]) {
       const fs = h("fieldset", { class: `lab-pe-filter-${facet}` }, h("legend", {}, facet));
@@ -189,8 +191,7 @@ function render({ model, el }) {
         cb.checked = !chosen || chosen.has(v);
         cb.addEventListener("change", () => {
           model.set("filters", facetValues());
-          model.save_changes();
-          applyVisibility();
+          model.save_changes(); // Python answers with `visible`
         });
         boxes[facet][v] = cb;
         fs.append(h("label", {}, cb, " ", v || "(none)"));
@@ -242,9 +243,20 @@ function render({ model, el }) {
     });
   }
 
+  // Test hook: every live explorer's cytoscape instance, while its view lives (see README.md).
+  const registry = (window.__labExplorers = window.__labExplorers || []);
+  function register(next, prev) {
+    const i = prev ? registry.indexOf(prev) : -1;
+    if (i >= 0) registry.splice(i, 1);
+    if (next) registry.push(next);
+    el.__cy = next || undefined;
+  }
+
   function build() {
     const els = model.get("elements") || { nodes: [], edges: [] };
+    const prev = cy;
     if (cy) cy.destroy();
+    hideTip();
     const big = els.nodes.length > DAGRE_MAX;
     let layout;
     const nodes = els.nodes.map((n) => ({ data: n.data, classes: n.data.eligible ? "" : "ineligible" }));
@@ -266,8 +278,8 @@ function render({ model, el }) {
       pixelRatio: big ? 1 : "auto",
       boxSelectionEnabled: false,
     });
-    el.__cy = cy;
-    (window.__labExplorers = window.__labExplorers || []).push(cy);
+    register(cy, prev);
+    stale = true;
     cy.on("tap", "node", (evt) => {
       model.set("selected", evt.target.id());
       model.save_changes();
@@ -288,11 +300,12 @@ function render({ model, el }) {
       tip.style.left = `${p.x + 12}px`;
       tip.style.top = `${p.y + 12}px`;
       tip.style.display = "block";
+      tipNode = d.id;
     });
-    cy.on("mouseout", "node", () => (tip.style.display = "none"));
+    cy.on("mouseout", "node", hideTip);
     buildFilters(els);
     syncTime();
-    applyVisibility();
+    applyVisible();
     applyHighlight();
   }
 
@@ -302,52 +315,82 @@ function render({ model, el }) {
     const hi = parseFloat(timeInput.max);
     model.set("time_max", v >= hi ? null : v);
     timeLabel.textContent = v >= hi ? "all" : String(Math.round(v * 100) / 100);
-    applyVisibility();
     clearTimeout(timer);
-    timer = setTimeout(() => model.save_changes(), 150);
+    timer = setTimeout(() => model.save_changes(), 150); // Python answers with `visible`
   });
 
   const onElements = () => build();
-  const onFilters = () => {
-    syncFilterBoxes();
-    applyVisibility();
-  };
-  const onTime = () => {
-    syncTime();
-    applyVisibility();
-  };
+  const onFilters = () => syncFilterBoxes();
+  const onTime = () => syncTime();
+  const onVisible = () => applyVisible();
   const onHighlight = () => applyHighlight();
   const onDetail = () => renderDetail(detail, model.get("detail"));
   model.on("change:elements", onElements);
   model.on("change:filters", onFilters);
   model.on("change:time_max", onTime);
+  model.on("change:visible", onVisible);
   model.on("change:highlight", onHighlight);
   model.on("change:selected", onHighlight);
   model.on("change:detail", onDetail);
 
+  // Where the container is on screen. cytoscape caches its container's client rectangle for pointer
+  // events and drops it only on scrolls of the ancestors the container had when cytoscape started,
+  // on window resizes and on its own cy.resize(). An anywidget view is rendered before it is attached
+  // to the page, so the element that scrolls it (JupyterLab's notebook panel, Voila's page) is not among
+  // them: after a scroll, clicks and hovers would land where the container was. So any scroll in the
+  // page, a resize or visibility change of the container and the pointer entering it mark the cached
+  // rectangle stale, and the next pointer event inside the container first calls cy.resize() (which
+  // reads it afresh), before cytoscape's own listeners run.
+  let stale = true;
+  const abort = new AbortController();
+  const opts = { capture: true, passive: true, signal: abort.signal };
+  const markStale = () => (stale = true);
+  const refresh = () => {
+    if (stale && cy) {
+      stale = false;
+      cy.resize();
+    }
+  };
+  document.addEventListener("scroll", markStale, opts); // scroll events do not bubble, but are captured
+  window.addEventListener("resize", markStale, opts);
+  cyBox.addEventListener("mouseover", () => (markStale(), refresh()), opts); // entering: it may have moved
+  for (const type of ["mousemove", "mousedown", "wheel", "touchstart", "pointerdown"]) cyBox.addEventListener(type, refresh, opts);
+
   build();
   renderDetail(detail, model.get("detail"));
-  // The element may be attached (and sized) after render: resize and refit once it is.
+  // Sized (the element may be attached and sized after render): resize, and fit the first time.
   const ro = new ResizeObserver(() => {
     if (cy && cyBox.clientWidth > 0) {
       const first = !cyBox.__sized;
       cyBox.__sized = true;
+      stale = false;
       cy.resize();
       if (first) cy.fit(undefined, 20);
     }
   });
   ro.observe(cyBox);
+  // Shown or moved into or out of the viewport (a tab or a collapsed output shown, the page scrolled).
+  const io = new IntersectionObserver(() => {
+    markStale();
+    if (cyBox.clientWidth > 0) refresh();
+  });
+  io.observe(cyBox);
 
   return () => {
+    abort.abort();
     ro.disconnect();
+    io.disconnect();
     clearTimeout(timer);
     model.off("change:elements", onElements);
     model.off("change:filters", onFilters);
     model.off("change:time_max", onTime);
+    model.off("change:visible", onVisible);
     model.off("change:highlight", onHighlight);
     model.off("change:selected", onHighlight);
     model.off("change:detail", onDetail);
     if (cy) cy.destroy();
+    register(null, cy);
+    cy = null;
   };
 }
 
