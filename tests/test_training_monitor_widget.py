@@ -41,21 +41,31 @@ def write_run(path, run, *, world=2, steps=10, die_at=-1):
 
 
 def trace(mon: TrainingMonitor, run: str, column: str):
-    d = mon.figure.data[mon._trace_index[(run, column)]]
-    return list(d.x), list(d.y)
+    return mon.trace(run, column)
+
+
+def waiting(mon: TrainingMonitor) -> bool:
+    return any(a.get("name") == "waiting" for a in mon.figure["layout"]["annotations"])
+
+
+def visible(mon: TrainingMonitor, run: str) -> bool:
+    return mon.figure["data"][mon._trace_index[(run, "loss")]]["visible"]
 
 
 def test_overlays_runs_from_other_processes_and_follows_new_ones(tmp_path):
     path = tmp_path / "events.sqlite"
     mon = TrainingMonitor(path, heartbeat_timeout_s=60)
     assert "no run" in mon.table.value
+    assert "waiting for the first step" in mon.status.value and waiting(mon)
     write_run(path, "fp32")
     assert mon.refresh() > 0
+    assert not waiting(mon) and "newest step 10" in mon.status.value
     x, y = trace(mon, "fp32", "loss")
     assert x == list(range(1, 11)) and y == pytest.approx([4.0 / s for s in range(1, 11)])
     assert trace(mon, "fp32", "val_loss") == ([5, 10], pytest.approx([0.9, 0.45]))
     assert trace(mon, "fp32", "bytes_sent")[1] == [4000.0] * 10
     assert trace(mon, "fp32", "grad_rel_err") == ([], [])  # fp32 reports no codec error
+    assert [a["text"] for a in mon.figure["layout"]["annotations"]].count("no values logged for the runs shown") == 1
     write_run(path, "fp8", steps=6)  # a second run appears while the monitor is open
     mon.refresh()
     assert mon.selected == ["fp32", "fp8"] and mon.picker.options == ("fp32", "fp8")
@@ -63,8 +73,7 @@ def test_overlays_runs_from_other_processes_and_follows_new_ones(tmp_path):
     assert "finished" in mon.table.value and "6 / 6" in mon.table.value
     mon.selected = ["fp8"]  # the two-way trait hides the other run
     assert mon.picker.value == ("fp8",)
-    assert not mon.figure.data[mon._trace_index[("fp32", "loss")]].visible
-    assert mon.figure.data[mon._trace_index[("fp8", "loss")]].visible
+    assert not visible(mon, "fp32") and visible(mon, "fp8")
 
 
 def test_dead_rank_failed_run_and_a_kernel_restart(tmp_path):
@@ -86,3 +95,52 @@ def test_dead_rank_failed_run_and_a_kernel_restart(tmp_path):
     # "kernel restart": a new monitor on the same file shows the same thing
     again = TrainingMonitor(path, heartbeat_timeout_s=0.5)
     assert trace(again, "fp8", "loss") == (x, y)
+
+
+def test_waiting_until_a_started_run_logs_its_first_step(tmp_path):
+    path = tmp_path / "events.sqlite"
+    rec = RunRecorder(path, "fp8", 0)
+    rec.run_started(config={"optimizer": "adams", "comm": "fp8", "steps": 5}, world_size=1, n_params=10)
+    rec.status("started", 0)
+    mon = TrainingMonitor(path)
+    assert "waiting for the first step" in mon.status.value and "1 run(s) started" in mon.status.value and waiting(mon)
+    assert trace(mon, "fp8", "loss") == ([], [])
+    rec.step(1, loss=3.0, lr=1e-3, step_s=0.2, compute_s=0.15, comm_s=0.05, bytes_sent=1004, grad_rel_err=0.03)
+    mon.refresh()
+    assert trace(mon, "fp8", "loss") == ([1.0], [3.0]) and not waiting(mon)
+    # four titled panels, every axis titled with its unit
+    layout = mon.figure["layout"]
+    titles = [a["text"] for a in layout["annotations"]]
+    assert len(titles) == 4 and any("loss" in t for t in titles)
+    assert [layout[f"yaxis{k}"]["title"]["text"] for k in ("", "2", "3", "4")] == [
+        "loss (nats/token)", "time per step (s)", "bytes per step", "relative L2 error"]
+
+
+def test_series_by_step_or_time_thinned_to_max_points(tmp_path):
+    from lab.training.monitor import RunMonitor
+
+    path = tmp_path / "events.sqlite"
+    write_run(path, "fp32", steps=10)
+    mon = RunMonitor(path)
+    s = mon.series("fp32", ["loss", "val_loss"])
+    assert s["loss"][0] == [float(k) for k in range(1, 11)] and s["val_loss"] == ([5.0, 10.0], pytest.approx([0.9, 0.45]))
+    t, _ = mon.series("fp32", ["loss"], x="time")["loss"]
+    assert t == sorted(t) and 0 <= t[0] < 60
+    x, y = mon.series("fp32", ["loss"], max_points=4)["loss"]
+    assert len(x) <= 4 and x[-1] == 10.0 and y[-1] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="x must be"):
+        mon.series("fp32", ["loss"], x="wall")
+    with pytest.raises(ValueError, match="unknown metric"):
+        mon.series("fp32", ["nope"])
+
+
+def test_the_chart_module_stays_small_and_plotly_comes_from_one_library_model():
+    """anywidget gives a model's ESM 2 s to load; past that, the model drops every later update
+    (why plotly's 5 MB FigureWidget stayed empty under load). The chart's own module stays tiny."""
+
+    from widgets.live_chart import ESM, LiveChart, plotly_library
+
+    assert ESM.stat().st_size < 20_000
+    a, b = LiveChart(), LiveChart()
+    assert a._library is b._library is plotly_library()
+    assert "export default module.exports" in a._library.source and len(a._library.source) > 1_000_000

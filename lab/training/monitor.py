@@ -313,6 +313,42 @@ class RunMonitor:
         steps["val_loss"] = evals.reindex(steps.index).astype("float64")
         return steps[STEP_COLUMNS]
 
+    def series(self, run_id: str, columns: list[str] | tuple[str, ...], *, x: str = "step",
+               max_points: int | None = 1000) -> dict[str, tuple[list[float], list[float]]]:
+        """What a chart draws for ``run_id``: for each of ``columns`` (of :data:`STEP_COLUMNS`), the
+        ``(x, y)`` lists of the steps where the metric has a value, ready to plot.
+
+        ``x``: ``"step"`` (the step number) or ``"time"`` (wall seconds since the run's first
+        start). ``max_points``: at most this many points per series (every k-th step, always with
+        the newest), so a long run does not grow what a live view resends; None keeps all.
+
+        Raises
+        ------
+        ValueError
+            ``x`` is neither ``"step"`` nor ``"time"``, or a column is not a metric.
+        """
+        if x not in ("step", "time"):
+            raise ValueError(f"series: x must be 'step' or 'time', got {x!r}")
+        unknown = [c for c in columns if c not in STEP_COLUMNS]
+        if unknown:
+            raise ValueError(f"series: unknown metric column(s) {unknown}; choose from {STEP_COLUMNS}")
+        m = self.metrics(run_id)
+        if x == "time":
+            starts = self.log.tail(0, kinds=[KIND_RUN], key=run_id)
+            origin = starts[0].time if starts else (float(m["time"].min()) if len(m) else 0.0)
+            xs = m["time"] - origin
+        else:
+            xs = pd.Series(m.index.astype("float64"), index=m.index)
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        for column in columns:
+            y = m[column].dropna()
+            if max_points is not None and len(y) > max_points:
+                stride = -(-len(y) // int(max_points))
+                keep = list(range(len(y) - 1, -1, -stride))[::-1]  # every stride-th, ending at the newest
+                y = y.iloc[keep]
+            out[column] = (xs.loc[y.index].astype("float64").tolist(), y.astype("float64").tolist())
+        return out
+
     def evals(self, run_id: str) -> pd.Series:
         """Validation loss by step (newest event per step), a float64 Series named ``val_loss``."""
         evals = _eval_frame(self.log.tail(0, kinds=[KIND_EVAL], key=run_id), run_column=False)
