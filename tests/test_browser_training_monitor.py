@@ -5,7 +5,9 @@ thread. The test (standing in for a training run) then writes the run's events i
 own pace, from this process, as ``lab.training.run`` does: the page must first say it is waiting for
 the first step, then draw plotly traces with points once steps are logged, and more points after
 more steps, while the run is live. In JupyterLab the notebook's next cell keeps the kernel busy the
-whole time, as notebook 05 does while it waits for its runs. Any page error or notebook error fails
+whole time, as notebook 05 does while it waits for its runs; once it is idle, the chart's controls
+(y axes to log, x axis to wall time) are clicked and the table's run names checked against the run's
+chart colour. Any page error or notebook error fails
 the test; screenshots go to ``test-artifacts/``. Fails (never skips) without Chromium.
 
 (Before the fix the chart was a plotly ``FigureWidget``: its 5 MB module often missed anywidget's
@@ -127,6 +129,32 @@ def check_live(watch: PageWatch, run: Run, prefix: str) -> None:
     assert not watch.page_errors, watch.page_errors
 
 
+CONTROLS_JS = f"""() => {{
+    const plot = document.querySelector({PLOT!r});
+    const smooth = plot.data.find(t => t.uid === 'fp8:loss:smoothed');
+    const cell = document.querySelector('.lab-training-table b');
+    return {{y: plot.layout.yaxis.type, x: plot.layout.xaxis.title.text, smoothed: smooth ? smooth.x.length : 0,
+             line: plot.data.find(t => t.uid === 'fp8:loss').line.color, table: cell ? getComputedStyle(cell).color : null}};
+}}"""
+
+
+def check_controls(watch: PageWatch, prefix: str) -> None:
+    """The chart's controls, clicked in the page (the kernel must be idle to hear them): smoothing drawn over
+    the values, the y axes to log, the x axis to wall time; the table's run name in the run's chart colour."""
+    page = watch.page
+    before = page.evaluate(CONTROLS_JS)
+    assert before["y"] == "linear" and before["x"] == "step" and before["smoothed"] == 15, before
+    rgb = tuple(int(before["line"][i:i + 2], 16) for i in (1, 3, 5))
+    assert before["table"] == f"rgb({rgb[0]}, {rgb[1]}, {rgb[2]})", before
+    page.locator(".widget-toggle-buttons button", has_text=re.compile(r"^log$")).click()
+    watch.wait_for(f"() => ({CONTROLS_JS})().y === 'log'", what="the y axes to turn logarithmic")
+    page.locator(".widget-toggle-buttons button", has_text="wall time").click()
+    watch.wait_for(f"() => ({CONTROLS_JS})().x.startsWith('wall time')", what="the x axis to show wall time")
+    shot(page, f"{prefix}_log_time.png")
+    watch.check("the controls")
+    assert not watch.page_errors, watch.page_errors
+
+
 def run_all_cells(page) -> None:
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
@@ -165,6 +193,7 @@ def test_lab_training_monitor_waits_then_draws_the_run_live(tmp_path):
                 check_live(watch, run, "lab_training_monitor")
                 flag.touch()
                 watch.wait_for("() => document.body.innerText.includes('the runs are done')", what="the busy cell to end")
+                check_controls(watch, "lab_training_monitor")
             finally:
                 flag.touch()
                 browser.close()
@@ -186,5 +215,6 @@ def test_voila_training_monitor_waits_then_draws_the_run_live(tmp_path):
             watch = PageWatch(page, "voila_training_monitor")
             page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
             check_live(watch, run, "voila_training_monitor")
+            check_controls(watch, "voila_training_monitor")
         finally:
             browser.close()

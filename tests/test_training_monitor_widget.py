@@ -40,8 +40,8 @@ def write_run(path, run, *, world=2, steps=10, die_at=-1):
     subprocess.run([sys.executable, "-c", WRITER, str(path), run, str(world), str(steps), str(die_at)], check=True, timeout=120)
 
 
-def trace(mon: TrainingMonitor, run: str, column: str):
-    return mon.trace(run, column)
+def trace(mon: TrainingMonitor, run: str, column: str, smoothed: bool = False):
+    return mon.trace(run, column, smoothed=smoothed)
 
 
 def waiting(mon: TrainingMonitor) -> bool:
@@ -144,3 +144,47 @@ def test_the_chart_module_stays_small_and_plotly_comes_from_one_library_model():
     a, b = LiveChart(), LiveChart()
     assert a._library is b._library is plotly_library()
     assert "export default module.exports" in a._library.source and len(a._library.source) > 1_000_000
+
+
+def test_x_by_step_or_time_log_toggle_smoothing_and_shared_colours(tmp_path):
+    from lab.training.monitor import ema_smooth
+
+    path = tmp_path / "events.sqlite"
+    write_run(path, "fp32")
+    write_run(path, "fp8", steps=6)
+    mon = TrainingMonitor(path, heartbeat_timeout_s=60)
+    raw = trace(mon, "fp32", "loss")
+    smooth = trace(mon, "fp32", "loss", smoothed=True)  # smoothing 0.6 by default, as TensorBoard
+    assert smooth[0] == raw[0] and smooth[1] == pytest.approx(ema_smooth(raw[1], 0.6)) and smooth[1] != raw[1]
+    assert trace(mon, "fp32", "val_loss", smoothed=True) == ([], [])  # sparse validation points are drawn as they are
+    mon.smoothing_slider.value = 0.0  # the slider sets the trait and redraws
+    assert mon.smoothing == 0.0 and trace(mon, "fp32", "loss", smoothed=True) == ([], []) and trace(mon, "fp32", "loss") == raw
+    layout = mon.figure["layout"]
+    assert (layout["yaxis"]["type"], layout["yaxis3"]["type"]) == ("linear", "log")
+    mon.y_scale = "log"
+    assert mon.scale_picker.value == "log" and mon.figure["layout"]["yaxis"]["type"] == "log"
+    mon.scale_picker.value = "linear"
+    assert mon.figure["layout"]["yaxis3"]["type"] == "linear"
+    mon.x = "time"
+    assert mon.x_picker.value == "time"
+    xs, ys = trace(mon, "fp32", "loss")
+    assert ys == raw[1] and xs == sorted(xs) and xs[0] >= 0 and xs != raw[0]
+    assert mon.figure["layout"]["xaxis"]["title"]["text"] == "wall time since the run started (s)"
+    # one colour per run, in the chart and the table
+    for run in ("fp32", "fp8"):
+        c = mon.colour(run)
+        assert mon.figure["data"][mon._trace_index[(run, "loss")]]["line"]["color"] == c
+        assert f"color:{c}'>{run}</b>" in mon.table.value
+    assert mon.colour("fp32") != mon.colour("fp8")
+
+
+def test_ema_smooth_is_tensorboards_debiased_average_within_the_values_range():
+    from lab.training.monitor import ema_smooth
+
+    assert ema_smooth([1.0, 2.0], 0.0) == [1.0, 2.0]
+    assert ema_smooth([1.0, 2.0, 3.0], 0.6) == pytest.approx([1.0, (0.24 + 0.8) / 0.64, ((0.24 + 0.8) * 0.6 + 1.2) / (1 - 0.216)])
+    assert set(ema_smooth([0.03] * 50, 0.6)) == {0.03}  # a constant stays constant, to the last digit
+    out = ema_smooth([1.0, float("nan"), 3.0], 0.5)
+    assert out[0] == 1.0 and out[1] != out[1] and out[2] == pytest.approx((0.5 * 0.5 + 1.5) / 0.75)
+    with pytest.raises(ValueError, match="weight"):
+        ema_smooth([1.0], 1.0)

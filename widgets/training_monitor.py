@@ -13,7 +13,10 @@ The monitor can be shown before any run has started: it then says it is waiting 
 and draws each run's curves from its first logged step on. :meth:`TrainingMonitor.refresh` reads
 what is new; :meth:`start` does it every ``interval_s`` seconds from a background thread of the
 kernel (the chart is one synced state, drawn whole, so updates from that thread reach every view,
-also one opened later); :meth:`stop` ends that.
+also one opened later); :meth:`stop` ends that. As on TensorBoard's scalars page, the x axis is the
+step or the wall time since each run started (``x``), the y axes linear or logarithmic (``y_scale``),
+and curves are smoothed (``smoothing``, TensorBoard's debiased moving average, the raw values drawn
+faintly behind); the table's run names carry the runs' chart colours.
 """
 
 from __future__ import annotations
@@ -27,32 +30,34 @@ import ipywidgets as W
 import pandas as pd
 import traitlets
 
-from lab.training.monitor import RunMonitor
+from lab.training.monitor import RunMonitor, ema_smooth
 from widgets._refresh import BackgroundRefresh
 from widgets.live_chart import LiveChart
 
 __all__ = ["TrainingMonitor"]
 
-#: (panel, metrics column, trace name suffix, dash, mode) for each trace of a run; panels 1..4 are
-#: top left, top right, bottom left, bottom right.
+#: (panel, metrics column, what it is, unit for the hover text, dash, mode) for each trace of a run;
+#: panels 1..4 are top left, top right, bottom left, bottom right.
 _TRACES = (
-    (1, "loss", "train loss", "solid", "lines"),
-    (1, "val_loss", "val loss", "dash", "lines+markers"),
-    (2, "compute_s", "compute s", "solid", "lines"),
-    (2, "comm_s", "comm s", "dot", "lines"),
-    (3, "bytes_sent", "bytes/step", "solid", "lines"),
-    (4, "grad_rel_err", "grad error", "solid", "lines"),
+    (1, "loss", "train loss", "nats/token", "solid", "lines"),
+    (1, "val_loss", "validation loss", "nats/token", "dash", "lines+markers"),
+    (2, "compute_s", "compute", "s", "solid", "lines"),
+    (2, "comm_s", "exposed communication", "s", "dot", "lines"),
+    (3, "bytes_sent", "bytes sent", "bytes", "solid", "lines"),
+    (4, "grad_rel_err", "codec error", "", "solid", "lines"),
 )
-_COLUMNS = tuple(c for _, c, _, _, _ in _TRACES)
-#: (subplot title, y-axis title with its unit, y-axis type) per panel.
+_COLUMNS = tuple(t[1] for t in _TRACES)
+_SMOOTHED = {"loss", "compute_s", "comm_s", "bytes_sent", "grad_rel_err"}  # validation loss is sparse: drawn as is
+#: (subplot title, its line-style key, y-axis title with its unit, default y-axis type) per panel.
 _PANELS = {
-    1: ("loss: train solid, validation dashed", "loss (nats/token)", "linear"),
-    2: ("step time: compute solid, exposed communication dotted", "time per step (s)", "linear"),
-    3: ("bytes sent per rank per step", "bytes per step", "log"),
-    4: ("codec relative gradient error", "relative L2 error", "linear"),
+    1: ("loss", "train solid, validation dashed", "loss (nats/token)", "linear"),
+    2: ("step time", "compute solid, communication dotted", "time per step (s)", "linear"),
+    3: ("bytes sent per rank per step", "", "bytes per step", "log"),
+    4: ("codec relative gradient error", "", "relative L2 error", "linear"),
 }
+X_TITLES = {"step": "step", "time": "wall time since the run started (s)"}
 # (x domain, y domain) per panel: the gap between the rows holds the top row's x title and the bottom row's titles
-_DOMAINS = {1: ([0.0, 0.44], [0.62, 1.0]), 2: ([0.56, 1.0], [0.62, 1.0]), 3: ([0.0, 0.44], [0.0, 0.38]), 4: ([0.56, 1.0], [0.0, 0.38])}
+_DOMAINS = {1: ([0.0, 0.44], [0.64, 1.0]), 2: ([0.56, 1.0], [0.64, 1.0]), 3: ([0.0, 0.44], [0.0, 0.36]), 4: ([0.56, 1.0], [0.0, 0.36])}
 _PALETTE = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
 _STATE_COLOUR = {"running": "#2ca02c", "started": "#2ca02c", "finished": "#1f77b4", "stopped": "#7f7f7f", "failed": "#d62728", "dead": "#d62728"}
 WAITING = "waiting for the first step"
@@ -66,27 +71,29 @@ def _axis(k: int) -> str:
     return "" if k == 1 else str(k)
 
 
-def _layout(height: int, width: int | None, x_title: str, empty: bool, blank: frozenset[int] = frozenset(),
+def _layout(height: int, width: int | None, x: str, y_scale: str, empty: bool, blank: frozenset[int] = frozenset(),
             x_max: float | None = None) -> dict:
     """The four panels' layout; ``empty``: nothing drawn yet (the waiting note); ``blank``: panels with
     no point among the runs shown; ``x_max``: the largest step drawn (whole-number ticks below 10)."""
-    x_ticks = {"tick0": 0, "dtick": 1} if x_max is not None and x_max < 10 else {}
+    x_ticks = {"tick0": 0, "dtick": 1} if x == "step" and x_max is not None and x_max < 10 else {}
     layout: dict = {
-        "height": height, "margin": {"l": 70, "r": 20, "t": 40, "b": 40},
-        "legend": {"orientation": "h", "y": -0.12}, "hovermode": "closest", "uirevision": "keep",
-        "annotations": [],
+        "height": height, "margin": {"l": 70, "r": 20, "t": 64, "b": 40}, "hovermode": "closest", "uirevision": "keep",
+        "legend": {"orientation": "h", "y": -0.12, "title": {"text": "runs "}}, "annotations": [],
     }
     if width is not None:
         layout["width"] = width
-    for k, (title, y_title, y_type) in _PANELS.items():
+    for k, (title, key, y_title, y_default) in _PANELS.items():
         xd, yd = _DOMAINS[k]
         shown = not (empty or k in blank)  # no empty default axes (-1..6) where nothing is drawn
-        layout[f"xaxis{_axis(k)}"] = {"domain": xd, "anchor": f"y{_axis(k)}", "title": {"text": x_title}, "automargin": True,
+        y_type = y_default if y_scale == "auto" else y_scale
+        layout[f"xaxis{_axis(k)}"] = {"domain": xd, "anchor": f"y{_axis(k)}", "title": {"text": X_TITLES[x]}, "automargin": True,
                                       "visible": shown, **x_ticks}
         layout[f"yaxis{_axis(k)}"] = {"domain": yd, "anchor": f"x{_axis(k)}", "type": y_type, "title": {"text": y_title},
-                                      "automargin": True, "visible": shown}
-        layout["annotations"].append({"text": f"<b>{html.escape(title)}</b>", "xref": "paper", "yref": "paper", "x": sum(xd) / 2,
-                                      "y": yd[1], "yshift": 6, "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13}})
+                                      "automargin": True, "visible": shown, "exponentformat": "SI"}
+        # the title over its panel, the line-style key on a second, smaller line: both fit a panel's width
+        text = f"<b>{html.escape(title)}</b>" + (f"<br><span style='font-size:11px'>{html.escape(key)}</span>" if key else "")
+        layout["annotations"].append({"text": text, "xref": "paper", "yref": "paper", "x": sum(xd) / 2, "y": yd[1], "yshift": 8,
+                                      "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13}, "name": f"title{k}"})
         if k in blank and not empty:  # the other panels have points, this one none: say so
             layout["annotations"].append({"text": "no values logged for the runs shown", "xref": "paper", "yref": "paper",
                                           "x": sum(xd) / 2, "y": sum(yd) / 2, "showarrow": False, "font": {"color": "#666"}})
@@ -112,11 +119,19 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         Chart width in pixels; default the width of the output area.
     max_points : int
         At most this many points per curve (a long run is thinned, newest step kept).
+    x, y_scale, smoothing
+        The initial values of the traits below.
 
     Attributes
     ----------
     selected : list of str (traitlet, two-way)
         The runs drawn; the run picker edits it, and setting it from Python updates the picker.
+    x : {"step", "time"} (traitlet, two-way with ``x_picker``)
+        The x axis: the step, or wall seconds since each run's first start.
+    y_scale : {"auto", "linear", "log"} (traitlet, two-way with ``scale_picker``)
+        ``auto``: bytes logarithmic, the other panels linear.
+    smoothing : float in [0, 0.99] (traitlet, two-way with ``smoothing_slider``)
+        TensorBoard's smoothing weight (:func:`lab.training.monitor.ema_smooth`); 0 draws the values only.
     chart : widgets.live_chart.LiveChart
         ``chart.figure`` is the drawn figure (JSON); :meth:`trace` reads one curve of it.
     status : ipywidgets.HTML
@@ -127,11 +142,14 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
     """
 
     selected = traitlets.List(traitlets.Unicode())
+    x = traitlets.Enum(("step", "time"), "step")
+    y_scale = traitlets.Enum(("auto", "linear", "log"), "auto")
+    smoothing = traitlets.Float(0.6, min=0.0, max=0.99)
 
     _refresh_thread_name = "lab-training-monitor"
 
     def __init__(self, events_path: str | Path, runs: Sequence[str] | None = None, *, heartbeat_timeout_s: float = 30.0,
-                 width: int | None = None, max_points: int = 1000):
+                 width: int | None = None, max_points: int = 1000, x: str = "step", y_scale: str = "auto", smoothing: float = 0.6):
         self.monitor = RunMonitor(events_path, heartbeat_timeout_s=heartbeat_timeout_s)
         self._fixed = list(runs) if runs is not None else None
         self._width, self._max_points = width, int(max_points)
@@ -143,14 +161,28 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         self.chart = LiveChart(_empty_figure(width))
         self.chart.add_class("lab-training-chart")
         self.picker = W.SelectMultiple(options=[], rows=4, description="runs")
+        wide = {"description_width": "initial"}
+        self.x_picker = W.ToggleButtons(options=[("step", "step"), ("wall time", "time")], description="x axis", style=wide)
+        self.scale_picker = W.ToggleButtons(options=[("auto", "auto"), ("linear", "linear"), ("log", "log")], description="y axes",
+                                            tooltips=["bytes logarithmic, the rest linear", "every panel linear", "every panel logarithmic"],
+                                            style=wide)
+        self.smoothing_slider = W.FloatSlider(min=0.0, max=0.99, step=0.01, description="smoothing", readout_format=".2f",
+                                              continuous_update=False, style=wide)
+        for control in (self.x_picker, self.scale_picker):
+            control.style.button_width = "auto"
         self.status = W.HTML(f"<div>{WAITING}</div>")
         self.status.add_class("lab-training-status")
         self.table = W.HTML()
         self.table.add_class("lab-training-runs")
         self._init_refresh()
-        super().__init__([self.status, self.picker, self.chart, self.table])
+        controls = W.VBox([self.x_picker, self.scale_picker, self.smoothing_slider])
+        super().__init__([self.status, W.HBox([self.picker, controls]), self.chart, self.table], x=x, y_scale=y_scale, smoothing=smoothing)
+        for trait, control in (("x", self.x_picker), ("y_scale", self.scale_picker), ("smoothing", self.smoothing_slider)):
+            traitlets.link((self, trait), (control, "value"))
         self.picker.observe(lambda ch: setattr(self, "selected", list(ch["new"])), "value")
         self.observe(self._on_selected, "selected")
+        self.observe(self._on_view, ["y_scale", "smoothing"])
+        self.observe(self._on_x, "x")
         self.refresh()
 
     # ------------------------------------------------------------------ reading
@@ -159,13 +191,18 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         """The drawn figure, as plotly JSON (``{"data": [...], "layout": {...}}``)."""
         return self.chart.figure
 
-    def trace(self, run_id: str, column: str) -> tuple[list[float], list[float]]:
-        """The drawn ``(x, y)`` of ``run_id``'s ``column`` curve (``([], [])`` when not drawn)."""
-        k = self._trace_index.get((run_id, column))
+    def trace(self, run_id: str, column: str, *, smoothed: bool = False) -> tuple[list[float], list[float]]:
+        """The drawn ``(x, y)`` of ``run_id``'s ``column`` curve: the logged values, or with ``smoothed``
+        the smoothed curve drawn over them (``([], [])`` when not drawn)."""
+        k = self._trace_index.get((run_id, f"{column}:smoothed" if smoothed else column))
         if k is None:
             return [], []
         d = self.chart.figure["data"][k]
         return list(d["x"]), list(d["y"])
+
+    def colour(self, run_id: str) -> str:
+        """The run's colour, the same in the chart and the table."""
+        return self._colours[run_id]
 
     # ------------------------------------------------------------------ updates
     def _on_selected(self, change) -> None:
@@ -174,26 +211,55 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         with self._lock:
             self._draw()
 
+    def _on_view(self, _change) -> None:
+        with self._lock:
+            self._draw()
+
+    def _on_x(self, _change) -> None:
+        with self._lock:
+            for run_id in self._series:
+                self._series[run_id] = self._read(run_id)
+            self._draw()
+
+    def _read(self, run_id: str) -> dict[str, tuple[list[float], list[float]]]:
+        return self.monitor.series(run_id, _COLUMNS, x=self.x, max_points=self._max_points)
+
     def _draw(self) -> None:
         """Set the chart's figure from the series read so far (the selected runs, in picker order)."""
-        data, index = [], {}
-        chosen = set(self.selected)
+        data, index, panel_of = [], {}, []
+        chosen, w = set(self.selected), float(self.smoothing)
+        x_label = "step %{x}" if self.x == "step" else "%{x:.1f} s"
         for run_id, series in self._series.items():
-            for panel, column, name, dash, mode in _TRACES:
-                x, y = series.get(column, ([], []))
+            colour, shown = self._colours[run_id], run_id in chosen
+            for panel, column, what, unit, dash, mode in _TRACES:
+                xs, ys = series.get(column, ([], []))
+                smooth = w > 0 and column in _SMOOTHED
+                common = {"type": "scatter", "x": xs, "legendgroup": run_id, "visible": shown,
+                          "xaxis": f"x{_axis(panel)}", "yaxis": f"y{_axis(panel)}"}
+                hover = f"{html.escape(run_id)} {what}<br>{x_label}: %{{y:.4g}} {unit}<extra></extra>"
                 index[(run_id, column)] = len(data)
-                data.append({
-                    "type": "scatter", "mode": mode, "x": x, "y": y, "name": f"{run_id}: {name}", "uid": f"{run_id}:{column}",
-                    "legendgroup": run_id, "showlegend": column == "loss", "visible": run_id in chosen,
-                    "line": {"color": self._colours[run_id], "dash": dash}, "xaxis": f"x{_axis(panel)}", "yaxis": f"y{_axis(panel)}",
-                    "hovertemplate": f"{html.escape(run_id)}, {name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>",
-                })
+                panel_of.append(panel)
+                data.append({**common, "mode": mode, "y": ys, "uid": f"{run_id}:{column}", "name": run_id if column == "loss" else f"{run_id} {what}",
+                             "showlegend": column == "loss" and not smooth, "opacity": 0.3 if smooth else 1.0,
+                             "hoverinfo": "skip" if smooth else None, "hovertemplate": None if smooth else hover,
+                             "line": {"color": colour, "dash": dash, "width": 1 if smooth else 2}})
+                if smooth:
+                    index[(run_id, f"{column}:smoothed")] = len(data)
+                    panel_of.append(panel)
+                    data.append({**common, "mode": "lines", "y": ema_smooth(ys, w), "uid": f"{run_id}:{column}:smoothed",
+                                 "name": run_id if column == "loss" else f"{run_id} {what} (smoothed)", "showlegend": column == "loss",
+                                 "hovertemplate": f"{html.escape(run_id)} {what}, smoothed {w:.2f}<br>{x_label}: %{{y:.4g}} {unit}<extra></extra>",
+                                 "line": {"color": colour, "dash": dash, "width": 2}})
+        for d in data:  # plotly refuses explicit nulls for some keys
+            for key in ("hoverinfo", "hovertemplate"):
+                if d.get(key) is None:
+                    d.pop(key, None)
         self._trace_index = index
-        shown = [(p, d) for (p, *_), d in zip([t for _ in self._series for t in _TRACES], data) if d["visible"]]
-        empty = not any(d["x"] for _, d in shown)
-        blank = frozenset(k for k in _PANELS if not any(d["x"] for p, d in shown if p == k))
-        x_max = max((max(d["x"]) for _, d in shown if d["x"]), default=None)
-        self.chart.figure = {"data": data, "layout": _layout(560, self._width, "step", empty, blank, x_max)}
+        drawn = [(p, d) for p, d in zip(panel_of, data) if d["visible"]]
+        empty = not any(d["x"] for _, d in drawn)
+        blank = frozenset(k for k in _PANELS if not any(d["x"] for p, d in drawn if p == k))
+        x_max = max((max(d["x"]) for _, d in drawn if d["x"]), default=None)
+        self.chart.figure = {"data": data, "layout": _layout(580, self._width, self.x, self.y_scale, empty, blank, x_max)}
 
     def refresh(self) -> int:
         """Read new events and redraw what changed; returns how many events arrived.
@@ -210,7 +276,7 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
             for run_id in new_runs:
                 self._colours[run_id] = _PALETTE[len(self._colours) % len(_PALETTE)]
             for run_id in [r for r in found if r in touched]:
-                self._series[run_id] = self.monitor.series(run_id, _COLUMNS, max_points=self._max_points)
+                self._series[run_id] = self._read(run_id)
             if new_runs:
                 keep = list(self.selected)  # changing the options clears the picker's value
                 self.picker.options = list(self._series)
@@ -231,6 +297,11 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         active = int((runs["state"] == "running").sum())
         return f"<div>{len(runs)} run(s), {active} running; newest step {int(runs['last_step'].max())}</div>"
 
+    def _run_cell(self, run_id: str) -> str:
+        colour = self._colours.get(run_id, "#000")
+        return (f"<span class='lab-run-swatch' style='display:inline-block;width:0.8em;height:0.8em;background:{colour};"
+                f"margin-right:0.3em'></span><b style='color:{colour}'>{html.escape(run_id)}</b>")
+
     def _table_html(self, runs: pd.DataFrame) -> str:
         if runs.empty:
             return "<div>no run in the log yet</div>"
@@ -245,7 +316,7 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
             )
             fmt = lambda v: "" if v is None or pd.isna(v) else f"{v:.4f}"  # noqa: E731
             rows.append(
-                f"<tr><td>{html.escape(r.run_id)}</td><td>{_state(r.state)}</td><td>{html.escape(str(r.optimizer))} / {html.escape(str(r.comm))}</td>"
+                f"<tr><td>{self._run_cell(r.run_id)}</td><td>{_state(r.state)}</td><td>{html.escape(str(r.optimizer))} / {html.escape(str(r.comm))}</td>"
                 f"<td>{r.last_step} / {r.steps}</td><td>{fmt(r.loss)}</td><td>{fmt(r.val_loss)}</td><td>{ranks}</td></tr>"
             )
         head = "<tr><th>run</th><th>state</th><th>optimizer / comm</th><th>step</th><th>loss</th><th>val loss</th><th>ranks</th></tr>"
@@ -253,4 +324,4 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
 
 
 def _empty_figure(width: int | None) -> dict:
-    return {"data": [], "layout": _layout(560, width, "step", True)}
+    return {"data": [], "layout": _layout(580, width, "step", "auto", True)}

@@ -59,6 +59,7 @@ __all__ = [
     "RunMonitor",
     "RunRecorder",
     "STEP_COLUMNS",
+    "ema_smooth",
 ]
 
 KIND_RUN, KIND_STEP, KIND_EVAL = "train.run", "train.step", "train.eval"
@@ -73,6 +74,33 @@ _TB_SCALARS = {  # payload key -> TensorBoard tag
     "comm_s": "time/comm_s", "bytes_sent": "comm/bytes_sent", "grad_rel_err": "comm/grad_rel_err",
     "tokens_per_s": "throughput/tokens_per_s",
 }
+
+
+def ema_smooth(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's scalar smoothing: a debiased exponential moving average, ``weight`` in [0, 1)
+    (0: the values themselves). Non-finite values are passed through and do not enter the average.
+
+    Raises
+    ------
+    ValueError
+        ``weight`` outside [0, 1).
+    """
+    w = float(weight)
+    if not 0.0 <= w < 1.0:
+        raise ValueError(f"ema_smooth: weight must be in [0, 1), got {weight!r}")
+    out, last, n = [], 0.0, 0
+    lo, hi = float("inf"), float("-inf")
+    for v in values:
+        v = float(v)
+        if v != v or v in (float("inf"), float("-inf")):
+            out.append(v)
+            continue
+        last, n = last * w + (1.0 - w) * v, n + 1
+        lo, hi = min(lo, v), max(hi, v)
+        # a weighted mean of the values so far lies within their range: clip the rounding error
+        # (a constant series stays exactly constant instead of wobbling in its last digits)
+        out.append(min(max(last / (1.0 - w**n), lo), hi))
+    return out
 
 
 def open_log(path: str | Path) -> EventLog:
