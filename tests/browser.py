@@ -481,3 +481,18 @@ class NetworkWatch:
             + "\n  ".join(problems) + (f"\nfailed requests:{failed}" if failed else "") + f"\nscreenshot: {shot}",
             pytrace=False,
         )
+
+
+# --- JupyterLab: waiting for the kernel, running a notebook ---------------------------------------
+
+# The status bar's "Python 3 (ipykernel) | Idle": the toolbar reads idle before the kernel is ready.
+KERNEL_IDLE_JS = (
+    "() => Array.from(document.querySelectorAll('.jp-StatusBar-Widget'))"
+    ".some(e => e.innerText.includes('Python 3') && e.innerText.includes('Idle'))"
+)
+
+
+def run_all_cells(page) -> None:
+    """JupyterLab's Run > Run All Cells (wait for :data:`KERNEL_IDLE_JS` first: before it, nothing runs)."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()

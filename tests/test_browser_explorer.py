@@ -18,7 +18,6 @@ Any page error fails the test. Screenshots go to ``test-artifacts/``. Fails, nev
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import shutil
 
@@ -27,10 +26,12 @@ import pytest
 from tests.browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,
+    KERNEL_IDLE_JS,
     ROOT,
     PageWatch,
     chromium,
     make_server,
+    run_all_cells,
     voila_server,
 )
 
@@ -301,11 +302,6 @@ def test_voila_explorer_answers_clicks_and_hovers_at_any_scroll_position(tmp_pat
             browser.close()
 
 
-# The status bar's "Python 3 (ipykernel) | Idle": the toolbar reads idle before the kernel is ready.
-KERNEL_IDLE_JS = (
-    "() => Array.from(document.querySelectorAll('.jp-StatusBar-Widget'))"
-    ".some(e => e.innerText.includes('Python 3') && e.innerText.includes('Idle'))"
-)
 RUN = "tau-airline/task32/trial1"
 # Appended to the test's copy of notebook 03: what the explorer was given (its elements' node ids) and
 # which of them Python's rule (lab.provenance.view.visible_ids) leaves visible without the claims.
@@ -344,8 +340,7 @@ def test_lab_notebook_03_explorer_answers_clicks_and_hovers_after_run_all(tmp_pa
                 watch = PageWatch(page, "provenance_explorer_lab")
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/03_provenance.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
-                page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-                page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+                run_all_cells(page)
                 # the appended cell is the last: every cell has run once it has printed
                 state = watch.wait_for(
                     "() => { const cells = document.querySelectorAll('.jp-Notebook .jp-CodeCell');"

@@ -14,7 +14,6 @@ Fails (never skips) without Chromium.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import shutil
 import time
@@ -27,6 +26,7 @@ import pytest
 from tests.browser import (
     CHROMIUM_ARGS,
     ERROR_OUTPUTS_JS,
+    KERNEL_IDLE_JS,
     ROOT,
     NetworkWatch,
     PageWatch,
@@ -34,14 +34,10 @@ from tests.browser import (
     chromium,
     jupyter_env,
     make_server,
+    run_all_cells,
     voila_notebook,
 )
 
-# The status bar's "Python 3 (ipykernel) | Idle": the toolbar reads idle before the kernel is ready.
-KERNEL_IDLE_JS = (
-    "() => Array.from(document.querySelectorAll('.jp-StatusBar-Widget'))"
-    ".some(e => e.innerText.includes('Python 3') && e.innerText.includes('Idle'))"
-)
 TABS_JS = "() => Array.from(document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel')).map(e => e.innerText)"
 DISABLED_JS = "() => JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions"
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
@@ -55,11 +51,6 @@ def stale_workspace(folder: Path) -> None:
         widget: {"data": {"path": "07_image_restoration.ipynb", "factory": "Notebook"}},
     }
     (folder / "default-37a8.jupyterlab-workspace").write_text(json.dumps({"data": data, "metadata": {"id": "default"}}))
-
-
-def run_all_cells(page) -> None:
-    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
 
 
 @pytest.mark.browser

@@ -25,7 +25,18 @@ from pathlib import Path
 import pytest
 
 from lab.training.monitor import RunRecorder
-from tests.browser import ARTIFACTS, CHROMIUM_ARGS, ROOT, PageWatch, chromium, make_server, voila_notebook, voila_server
+from tests.browser import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    KERNEL_IDLE_JS,
+    ROOT,
+    PageWatch,
+    chromium,
+    make_server,
+    run_all_cells,
+    voila_notebook,
+    voila_server,
+)
 
 CELL = """
 import sys
@@ -155,11 +166,6 @@ def check_controls(watch: PageWatch, prefix: str) -> None:
     assert not watch.page_errors, watch.page_errors
 
 
-def run_all_cells(page) -> None:
-    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
-
-
 @pytest.mark.browser
 @pytest.mark.slow
 def test_lab_training_monitor_waits_then_draws_the_run_live(tmp_path):
@@ -185,8 +191,7 @@ def test_lab_training_monitor_waits_then_draws_the_run_live(tmp_path):
                 watch = PageWatch(page, "lab_training_monitor")
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/monitor.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(
-                    "() => Array.from(document.querySelectorAll('.jp-StatusBar-Widget'))"
-                    ".some(e => e.innerText.includes('Python 3') && e.innerText.includes('Idle'))",
+                    KERNEL_IDLE_JS,
                     what="the kernel", timeout_s=180,
                 )
                 run_all_cells(page)
