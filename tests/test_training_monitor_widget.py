@@ -188,3 +188,90 @@ def test_ema_smooth_is_tensorboards_debiased_average_within_the_values_range():
     assert out[0] == 1.0 and out[1] != out[1] and out[2] == pytest.approx((0.5 * 0.5 + 1.5) / 0.75)
     with pytest.raises(ValueError, match="weight"):
         ema_smooth([1.0], 1.0)
+
+
+def test_export_is_the_shown_points_by_the_shown_x_with_raw_and_smoothed_values(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "events.sqlite"
+    write_run(path, "fp32")
+    write_run(path, "fp8", steps=6)
+    mon = TrainingMonitor(path, heartbeat_timeout_s=60)
+    out = mon.to_csv(tmp_path / "shown.csv")
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["run_id", "metric", "unit", "step", "value", "smoothed", "smoothing"]
+    assert out.read_text() == mon.export_button.text  # the browser's download is the same file
+    assert mon.export_button.label == f"export CSV ({len(table):,} rows)" and mon.export_button.filename == "training-runs-step.csv"
+    drawn = 0
+    for (run, metric), rows in table.groupby(["run_id", "metric"], sort=False):
+        x, y = trace(mon, run, metric)
+        assert rows["step"].tolist() == x and rows["value"].tolist() == y, (run, metric)
+        sx, sy = trace(mon, run, metric, smoothed=True)
+        if metric == "val_loss":  # drawn as logged: no smoothed column
+            assert sx == [] and rows["smoothed"].isna().all()
+        else:
+            assert rows["smoothed"].tolist() == sy, (run, metric)
+        drawn += 1
+    # every drawn curve with points is in the table, and nothing else: fp32 has no codec error
+    curves = {(r, c) for (r, c) in mon._trace_index if not c.endswith(":smoothed") and trace(mon, r, c)[0]}
+    assert drawn == len(curves) and set(map(tuple, table[["run_id", "metric"]].drop_duplicates().to_numpy())) == curves
+    assert set(table["unit"][table["metric"] == "bytes_sent"]) == {"bytes"} and set(table["smoothing"]) == {0.6}
+    # what is shown changes what is exported: one run, by wall time, no smoothing
+    mon.selected, mon.x, mon.smoothing = ["fp8"], "time", 0.0
+    table = pd.read_csv(mon.to_csv(tmp_path / "shown.csv"))
+    assert set(table["run_id"]) == {"fp8"} and "wall_time_s" in table.columns and "step" not in table.columns
+    assert table[table["metric"] == "loss"]["wall_time_s"].tolist() == trace(mon, "fp8", "loss")[0]
+    assert table["smoothed"].isna().all() and mon.export_button.filename == "training-runs-time.csv"
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        mon.to_csv(tmp_path / "nowhere" / "shown.csv")
+
+
+def test_series_frame_refuses_bad_input_naming_it():
+    from lab.training.monitor import series_frame
+
+    ok = {"fp8": {"loss": ([1, 2], [3.0, 2.0])}}
+    assert series_frame(ok)["step"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="'fp8' has unknown metric 'los'"):
+        series_frame({"fp8": {"los": ([1], [3.0])}})
+    with pytest.raises(ValueError, match="'fp8' metric 'loss' has 2 x values but 1 y values"):
+        series_frame({"fp8": {"loss": ([1, 2], [3.0])}})
+    with pytest.raises(ValueError, match="x must be"):
+        series_frame(ok, x="wall")
+    with pytest.raises(ValueError, match="smoothing"):
+        series_frame(ok, smoothing=1.0)
+    empty = series_frame({})
+    assert empty.empty and list(empty.columns) == ["run_id", "metric", "unit", "step", "value", "smoothed", "smoothing"]
+
+
+def test_log_axes_get_ticks_no_closer_than_a_label(tmp_path):
+    """Plotly labels every digit of a decade on a log axis (1, 2, ..., 9, 10, 20, ...): in a 170 px panel
+    the upper ones overlap. The monitor gives each log panel ticks at least MIN_TICK_GAP_PX apart."""
+    import math
+
+    from widgets.training_monitor import MIN_TICK_GAP_PX, _panel_pixels, log_ticks
+
+    def min_gap(ticks, lo, hi, pixels):
+        pad = 0.05 * (math.log10(hi) - math.log10(lo))
+        per_decade = pixels / (math.log10(hi) - math.log10(lo) + 2 * pad)
+        logs = [math.log10(v) for v in ticks]
+        return min(b - a for a, b in zip(logs, logs[1:])) * per_decade
+
+    px = _panel_pixels(1)
+    for lo, hi in [(46_000, 460_000), (1.4, 4.5), (0.01, 0.3), (3.2, 4.5), (1e2, 1e9), (1004, 4000)]:
+        ticks = log_ticks(lo, hi, px)
+        assert ticks and len(ticks) >= 2 and min_gap(ticks, lo, hi, px) >= MIN_TICK_GAP_PX, (lo, hi, ticks)
+        assert all(lo * 0.8 <= v <= hi * 1.25 for v in ticks), (lo, hi, ticks)
+    assert log_ticks(46_000, 460_000, px) == [5e4, 1e5, 2e5, 3e5, 5e5]  # not 50k, 60k, 70k, 80k, 90k, 100k, 200k, ...
+    assert log_ticks(2.0, 2.0, px) is None and log_ticks(0.0, 1.0, px) is None  # flat or not positive: plotly's own
+
+    path = tmp_path / "events.sqlite"
+    write_run(path, "fp8", steps=40)  # loss 4/s: 0.1 .. 4, more than a decade
+    mon = TrainingMonitor(path, heartbeat_timeout_s=60, y_scale="log", smoothing=0.0)
+    loss_axis = mon.figure["layout"]["yaxis"]
+    assert loss_axis["type"] == "log" and loss_axis["tickmode"] == "array"
+    ys = trace(mon, "fp8", "loss")[1] + trace(mon, "fp8", "val_loss")[1]
+    assert min_gap(loss_axis["tickvals"], min(ys), max(ys), px) >= MIN_TICK_GAP_PX
+    assert loss_axis["ticktext"] == [f"{v:g}" for v in loss_axis["tickvals"]]
+    assert mon.figure["layout"]["yaxis3"]["type"] == "log"  # constant bytes: a flat range keeps plotly's ticks
+    mon.y_scale = "linear"
+    assert "tickvals" not in mon.figure["layout"]["yaxis"]

@@ -16,12 +16,17 @@ kernel (the chart is one synced state, drawn whole, so updates from that thread 
 also one opened later); :meth:`stop` ends that. As on TensorBoard's scalars page, the x axis is the
 step or the wall time since each run started (``x``), the y axes linear or logarithmic (``y_scale``),
 and curves are smoothed (``smoothing``, TensorBoard's debiased moving average, the raw values drawn
-faintly behind); the table's run names carry the runs' chart colours.
+faintly behind); the table's run names carry the runs' chart colours. Logarithmic panels get ticks
+no two closer than a label's height (:func:`log_ticks`: plotly's own label every digit of a decade).
+What is shown (the runs selected, by the x axis shown, every point's value and smoothed value) exports
+as CSV: the "export CSV" button saves it in the browser (also while the kernel is busy), and
+:meth:`TrainingMonitor.to_csv` writes the same table (:func:`lab.training.monitor.series_frame`).
 """
 
 from __future__ import annotations
 
 import html
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +35,9 @@ import ipywidgets as W
 import pandas as pd
 import traitlets
 
-from lab.training.monitor import RunMonitor, ema_smooth
+from lab.training.monitor import RunMonitor, ema_smooth, series_frame, write_csv
 from widgets._refresh import BackgroundRefresh
+from widgets.download import DownloadButton
 from widgets.live_chart import LiveChart
 
 __all__ = ["TrainingMonitor"]
@@ -61,6 +67,54 @@ _DOMAINS = {1: ([0.0, 0.44], [0.64, 1.0]), 2: ([0.56, 1.0], [0.64, 1.0]), 3: ([0
 _PALETTE = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
 _STATE_COLOUR = {"running": "#2ca02c", "started": "#2ca02c", "finished": "#1f77b4", "stopped": "#7f7f7f", "failed": "#d62728", "dead": "#d62728"}
 WAITING = "waiting for the first step"
+HEIGHT = 580
+_MARGIN = {"l": 70, "r": 20, "t": 64, "b": 40}
+# log-axis tick candidates, densest first: mantissas per decade (1..9, then 1-2-3-5, 1-2-5, 1-3, 1)
+_MANTISSAS = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
+MIN_TICK_GAP_PX = 18.0  # a 12 px tick label and some air
+
+
+def _tick_text(v: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:g}{suffix}"
+    return f"{v:g}"
+
+
+def log_ticks(lo: float, hi: float, pixels: float, min_gap_px: float = MIN_TICK_GAP_PX) -> list[float] | None:
+    """Tick values for a logarithmic axis showing ``lo..hi`` (positive, the data's range) on ``pixels``
+    pixels, no two closer than ``min_gap_px``: the densest of 1..9, 1-2-3-5, 1-2-5, 1-3 or 1 per decade
+    that fits with at least two ticks, every n-th power of ten over many decades, or, within less than a
+    decade, evenly spaced round numbers (1, 2 or 5 times a power of ten apart). None when ``lo..hi`` is
+    empty, not positive or flat (plotly's own ticks then)."""
+    if not (0 < lo < hi and math.isfinite(hi)) or hi / lo < 1.0001 or pixels <= 0:
+        return None
+    pad = 0.05 * (math.log10(hi) - math.log10(lo))  # plotly's autorange pads the data a little
+    a, b = math.log10(lo) - pad, math.log10(hi) + pad
+    per_decade = pixels / (b - a)
+
+    def fits(ticks: list[float]) -> bool:
+        logs = [math.log10(v) for v in ticks]
+        return len(ticks) >= 2 and min(q - p for p, q in zip(logs, logs[1:])) * per_decade >= min_gap_px
+
+    decades = range(math.floor(a), math.ceil(b) + 1)
+    for mantissas in _MANTISSAS:
+        ticks = [m * 10.0**k for k in decades for m in mantissas if a <= math.log10(m * 10.0**k) <= b]
+        if fits(ticks):
+            return ticks
+    if b - a >= 2:  # many decades: every n-th power of ten
+        n = math.ceil(min_gap_px / per_decade)
+        ticks = [10.0**k for k in decades if k % n == 0 and a <= k <= b]
+        return ticks if len(ticks) >= 2 else None
+    # less than a decade and no two of its "nice" log ticks in view: round numbers, evenly spaced
+    span = 10**b - 10**a
+    for exponent in range(math.floor(math.log10(span)) - 2, math.floor(math.log10(span)) + 1):
+        for m in (1, 2, 5):
+            step = m * 10.0**exponent
+            ticks = [round(k * step, 12) for k in range(math.ceil(10**a / step), math.floor(10**b / step) + 1)]
+            if 2 <= len(ticks) <= 6 and fits(ticks):
+                return ticks
+    return None
 
 
 def _state(state: str) -> str:
@@ -71,13 +125,23 @@ def _axis(k: int) -> str:
     return "" if k == 1 else str(k)
 
 
+def _y_type(panel: int, y_scale: str) -> str:
+    return _PANELS[panel][3] if y_scale == "auto" else y_scale
+
+
+def _panel_pixels(panel: int, height: int = HEIGHT) -> float:
+    lo, hi = _DOMAINS[panel][1]
+    return (height - _MARGIN["t"] - _MARGIN["b"]) * (hi - lo)
+
+
 def _layout(height: int, width: int | None, x: str, y_scale: str, empty: bool, blank: frozenset[int] = frozenset(),
-            x_max: float | None = None) -> dict:
+            x_max: float | None = None, y_ticks: dict[int, list[float]] | None = None) -> dict:
     """The four panels' layout; ``empty``: nothing drawn yet (the waiting note); ``blank``: panels with
-    no point among the runs shown; ``x_max``: the largest step drawn (whole-number ticks below 10)."""
+    no point among the runs shown; ``x_max``: the largest step drawn (whole-number ticks below 10);
+    ``y_ticks``: the tick values of each logarithmic panel (:func:`log_ticks`)."""
     x_ticks = {"tick0": 0, "dtick": 1} if x == "step" and x_max is not None and x_max < 10 else {}
     layout: dict = {
-        "height": height, "margin": {"l": 70, "r": 20, "t": 64, "b": 40}, "hovermode": "closest", "uirevision": "keep",
+        "height": height, "margin": dict(_MARGIN), "hovermode": "closest", "uirevision": "keep",
         "legend": {"orientation": "h", "y": -0.12, "title": {"text": "runs "}}, "annotations": [],
     }
     if width is not None:
@@ -85,11 +149,14 @@ def _layout(height: int, width: int | None, x: str, y_scale: str, empty: bool, b
     for k, (title, key, y_title, y_default) in _PANELS.items():
         xd, yd = _DOMAINS[k]
         shown = not (empty or k in blank)  # no empty default axes (-1..6) where nothing is drawn
-        y_type = y_default if y_scale == "auto" else y_scale
+        y_type = _y_type(k, y_scale)
         layout[f"xaxis{_axis(k)}"] = {"domain": xd, "anchor": f"y{_axis(k)}", "title": {"text": X_TITLES[x]}, "automargin": True,
                                       "visible": shown, **x_ticks}
         layout[f"yaxis{_axis(k)}"] = {"domain": yd, "anchor": f"x{_axis(k)}", "type": y_type, "title": {"text": y_title},
                                       "automargin": True, "visible": shown, "exponentformat": "SI"}
+        ticks = (y_ticks or {}).get(k)
+        if y_type == "log" and ticks:  # plotly's own log ticks label every digit of a decade: they overlap in a short panel
+            layout[f"yaxis{_axis(k)}"].update(tickmode="array", tickvals=ticks, ticktext=[_tick_text(v) for v in ticks])
         # the title over its panel, the line-style key on a second, smaller line: both fit a panel's width
         text = f"<b>{html.escape(title)}</b>" + (f"<br><span style='font-size:11px'>{html.escape(key)}</span>" if key else "")
         layout["annotations"].append({"text": text, "xref": "paper", "yref": "paper", "x": sum(xd) / 2, "y": yd[1], "yshift": 8,
@@ -138,6 +205,8 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         One line: waiting for the first step, or how far the runs are.
     table : ipywidgets.HTML
         One row per run, with each rank's state.
+    export_button : widgets.download.DownloadButton
+        Saves :meth:`shown_frame` as ``training-runs-<x>.csv`` in the browser; its text follows every redraw.
     monitor : lab.training.monitor.RunMonitor
     """
 
@@ -174,8 +243,11 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         self.status.add_class("lab-training-status")
         self.table = W.HTML()
         self.table.add_class("lab-training-runs")
+        self.export_button = DownloadButton(label="export CSV", filename="training-runs-step.csv", mime="text/csv",
+                                            tooltip="the runs shown, by the x axis shown: every point's value and its smoothed value")
+        self.export_button.add_class("lab-training-export")
         self._init_refresh()
-        controls = W.VBox([self.x_picker, self.scale_picker, self.smoothing_slider])
+        controls = W.VBox([self.x_picker, self.scale_picker, self.smoothing_slider, self.export_button])
         super().__init__([self.status, W.HBox([self.picker, controls]), self.chart, self.table], x=x, y_scale=y_scale, smoothing=smoothing)
         for trait, control in (("x", self.x_picker), ("y_scale", self.scale_picker), ("smoothing", self.smoothing_slider)):
             traitlets.link((self, trait), (control, "value"))
@@ -199,6 +271,20 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
             return [], []
         d = self.chart.figure["data"][k]
         return list(d["x"]), list(d["y"])
+
+    def shown_frame(self) -> pd.DataFrame:
+        """What the chart shows, as a table: the selected runs (in picker order), each drawn metric's points
+        by the x axis shown, with their values and, where drawn smoothed, their smoothed values
+        (:func:`lab.training.monitor.series_frame`; the export button saves exactly this as CSV)."""
+        with self._lock:
+            chosen = set(self.selected)
+            shown = {r: s for r, s in self._series.items() if r in chosen}
+            return series_frame(shown, x=self.x, smoothing=self.smoothing, smoothed=_SMOOTHED)
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write :meth:`shown_frame` to ``path`` as CSV (what the export button downloads; written atomically
+        by :func:`lab.training.monitor.write_csv`, which names a missing folder). Returns the path."""
+        return write_csv(self.shown_frame(), path)
 
     def colour(self, run_id: str) -> str:
         """The run's colour, the same in the chart and the table."""
@@ -259,7 +345,17 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         empty = not any(d["x"] for _, d in drawn)
         blank = frozenset(k for k in _PANELS if not any(d["x"] for p, d in drawn if p == k))
         x_max = max((max(d["x"]) for _, d in drawn if d["x"]), default=None)
-        self.chart.figure = {"data": data, "layout": _layout(580, self._width, self.x, self.y_scale, empty, blank, x_max)}
+        y_ticks = {}
+        for k in _PANELS:
+            if _y_type(k, self.y_scale) == "log":
+                ys = [v for p, d in drawn if p == k for v in d["y"] if v is not None and math.isfinite(v) and v > 0]
+                if ys:
+                    y_ticks[k] = log_ticks(min(ys), max(ys), _panel_pixels(k))
+        self.chart.figure = {"data": data, "layout": _layout(HEIGHT, self._width, self.x, self.y_scale, empty, blank, x_max, y_ticks)}
+        frame = series_frame({r: s for r, s in self._series.items() if r in chosen}, x=self.x, smoothing=w, smoothed=_SMOOTHED)
+        self.export_button.filename = f"training-runs-{self.x}.csv"
+        self.export_button.text = frame.to_csv(index=False) if len(frame) else ""
+        self.export_button.label = f"export CSV ({len(frame):,} rows)"
 
     def refresh(self) -> int:
         """Read new events and redraw what changed; returns how many events arrived.
@@ -324,4 +420,4 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
 
 
 def _empty_figure(width: int | None) -> dict:
-    return {"data": [], "layout": _layout(580, width, "step", "auto", True)}
+    return {"data": [], "layout": _layout(HEIGHT, width, "step", "auto", True)}

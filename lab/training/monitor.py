@@ -40,7 +40,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,10 @@ __all__ = [
     "RunMonitor",
     "RunRecorder",
     "STEP_COLUMNS",
+    "UNITS",
     "ema_smooth",
+    "series_frame",
+    "write_csv",
 ]
 
 KIND_RUN, KIND_STEP, KIND_EVAL = "train.run", "train.step", "train.eval"
@@ -74,6 +77,14 @@ _TB_SCALARS = {  # payload key -> TensorBoard tag
     "comm_s": "time/comm_s", "bytes_sent": "comm/bytes_sent", "grad_rel_err": "comm/grad_rel_err",
     "tokens_per_s": "throughput/tokens_per_s",
 }
+
+
+#: Unit of each metric column (``""``: a ratio, no unit), as exported tables and axis titles give them.
+UNITS = {"time": "s since the epoch", "loss": "nats/token", "lr": "", "step_s": "s", "compute_s": "s", "comm_s": "s",
+         "bytes_sent": "bytes", "dense_bytes": "bytes", "grad_rel_err": "", "tokens": "tokens", "tokens_per_s": "tokens/s",
+         "val_loss": "nats/token"}
+#: The x column of :func:`series_frame` for each x mode.
+X_COLUMNS = {"step": "step", "time": "wall_time_s"}
 
 
 def ema_smooth(values: list[float], weight: float) -> list[float]:
@@ -101,6 +112,87 @@ def ema_smooth(values: list[float], weight: float) -> list[float]:
         # (a constant series stays exactly constant instead of wobbling in its last digits)
         out.append(min(max(last / (1.0 - w**n), lo), hi))
     return out
+
+
+def series_frame(series: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]], *, x: str = "step",
+                 smoothing: float = 0.0, smoothed: Collection[str] = ()) -> pd.DataFrame:
+    """The points a chart of training runs shows, as one long table (one row per run, metric and point).
+
+    Parameters
+    ----------
+    series : mapping run id -> metric column -> (x list, y list)
+        What is drawn, as :meth:`RunMonitor.series` returns it for each run shown (already thinned to the
+        chart's ``max_points``), in the order the rows should come.
+    x : {"step", "time"}
+        What the x values are: the step (1-based), or wall seconds since the run's first start.
+    smoothing : float in [0, 1)
+        TensorBoard's smoothing weight the chart draws with (:func:`ema_smooth`).
+    smoothed : collection of str
+        The metrics drawn smoothed (sparse ones, such as ``val_loss``, are drawn as logged).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id`` (str), ``metric`` (str), ``unit`` (str, :data:`UNITS`), the x column (``step``,
+        int64, or ``wall_time_s``, float64; :data:`X_COLUMNS`), ``value`` (float64, as logged),
+        ``smoothed`` (float64: :func:`ema_smooth` of the metric's values with ``smoothing``, NaN where the
+        metric is not smoothed or ``smoothing`` is 0) and ``smoothing`` (the weight, float64).
+
+    Raises
+    ------
+    ValueError
+        ``x`` is not ``"step"``/``"time"``, ``smoothing`` outside [0, 1), a metric is not one of
+        :data:`STEP_COLUMNS` (named with its run), or a series' x and y differ in length.
+    """
+    if x not in X_COLUMNS:
+        raise ValueError(f"series_frame: x must be 'step' or 'time', got {x!r}")
+    w = float(smoothing)
+    if not 0.0 <= w < 1.0:
+        raise ValueError(f"series_frame: smoothing must be in [0, 1), got {smoothing!r}")
+    x_col = X_COLUMNS[x]
+    parts = []
+    for run_id, columns in series.items():
+        for metric, (xs, ys) in columns.items():
+            if metric not in UNITS:
+                raise ValueError(f"series_frame: run {run_id!r} has unknown metric {metric!r}; choose from {STEP_COLUMNS}")
+            if len(xs) != len(ys):
+                raise ValueError(f"series_frame: run {run_id!r} metric {metric!r} has {len(xs)} x values but {len(ys)} y values")
+            if not len(ys):
+                continue
+            values = [float(v) for v in ys]
+            smooth = ema_smooth(values, w) if w > 0 and metric in smoothed else [float("nan")] * len(values)
+            parts.append(pd.DataFrame({"run_id": run_id, "metric": metric, "unit": UNITS[metric], x_col: list(xs),
+                                       "value": values, "smoothed": smooth, "smoothing": w}))
+    columns = ["run_id", "metric", "unit", x_col, "value", "smoothed", "smoothing"]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in columns})
+    return frame[columns].astype({"run_id": str, "metric": str, "unit": str, x_col: "int64" if x == "step" else "float64",
+                                  "value": "float64", "smoothed": "float64", "smoothing": "float64"})
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write ``frame`` (say, :func:`series_frame`'s table) to ``path`` as CSV (UTF-8, a header row, no index,
+    floats as the shortest text that reads back the same), atomically: the file is written beside ``path`` and renamed over it, so a
+    failure leaves an existing file as it was. Returns the path.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path``'s folder does not exist (named).
+    IsADirectoryError
+        ``path`` is a folder.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"write_csv: folder {str(path.parent)!r} does not exist (for {str(path)!r})")
+    if path.is_dir():
+        raise IsADirectoryError(f"write_csv: {str(path)!r} is a folder, not a file name")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def open_log(path: str | Path) -> EventLog:
