@@ -15,7 +15,7 @@ from lab.provenance.access import AccessPolicy
 from lab.provenance.ingest import ingest_spans, ingest_taubench
 from lab.provenance.graph import Difference
 from lab.provenance.ingest._runs import Verdict, verdict
-from lab.provenance.ingest.taubench import WRITE_TOOLS
+from lab.provenance.ingest.taubench import USER_TRUST, WRITE_TOOLS
 
 SPANS = Path(__file__).parent / "data" / "openinference_spans.json"
 RUN = "tau-airline/task32/trial1"  # index 82 of the file: get_user_details, search_direct_flight, book_reservation
@@ -37,33 +37,40 @@ def _relations(g: ProvenanceGraph) -> Counter:
 def test_one_trajectory_by_hand(trajectories):
     t = trajectories[82]
     # by hand from the JSON: 20 messages; 3 tool calls (msgs 6, 10, 16) and their 3 results (msgs 7, 11, 17);
-    # one write (book_reservation at msg 16); text replies at msgs 2, 4, 8, 12, 14, 18, of which 2 and 4 come
-    # before any tool result, so 4 claims (8, 12, 14, 18).
+    # 7 user messages (1, 3, 5, 9, 13, 15, 19), each a source attributed to the user; one write (book_reservation
+    # at msg 16); text replies at msgs 2, 4, 8, 12, 14, 18, of which 2 and 4 repeat nothing of an earlier source
+    # (msg 1 says "May 26" without a year), so 4 claims (8, 12, 14, 18).
     assert (t["task_id"], t["trial"], len(t["traj"])) == (32, 1, 20)
     g = ProvenanceGraph()
     report = ingest_taubench(g, runs=[82])
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 3, "claims": 4, "actions": 1, "memories": 0, "versions": 0, "edges": 16, "run_ids": [RUN],
-        "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
+        "runs": 1, "agents": 2, "sources": 10, "claims": 4, "actions": 1, "memories": 0, "versions": 0, "edges": 30, "unsupported": 0,
+        "run_ids": [RUN], "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
-    assert _types(g) == {"agent": 2, "source": 3, "claim": 4, "action": 1}
-    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 5, "supports": 7, "used": 2, "generated": 1}
+    assert _types(g) == {"agent": 2, "source": 10, "claim": 4, "action": 1}
+    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 12, "supports": 12, "used": 4, "generated": 1}
     p = RUN + "/"
     book = g.node(p + "msg16/call0")
     assert book.attributes["tool"] == "book_reservation" and book.text.startswith("book_reservation({")
-    # the booking used the user details (the payment id, the dob) and the flight search (the flight number)
+    # the booking used the user details (the payment id, the dob), the flight search (the flight number), and the
+    # user's own words: the email holding her user id (msg 5) and her choice of flight (msg 13)
     used = {e.dst: e.attributes["values"] for e in g.edges(src=book.id, relation=Relation.USED)}
-    assert used == {p + "msg7": ["1957-10-05", "credit_card_4196779"], p + "msg11": ["HAT271"]}
+    assert used == {p + "msg7": ["1957-10-05", "credit_card_4196779"], p + "msg11": ["HAT271"], p + "msg5": ["sophia_silva_7557"], p + "msg13": ["HAT271"]}
     assert [e.dst for e in g.edges(src=book.id, relation=Relation.GENERATED)] == [p + "msg17"]
     assert g.edges(src=p + "agent", relation=Relation.ACTED_ON_BEHALF_OF)[0].dst == p + "user"
     supports = {(e.src, e.dst) for e in g.edges(relation=Relation.SUPPORTS)}
     assert supports == {
+        (p + "msg5", p + "msg8/claim"),
         (p + "msg7", p + "msg8/claim"),
         (p + "msg11", p + "msg12/claim"),
         (p + "msg7", p + "msg14/claim"),
+        (p + "msg9", p + "msg14/claim"),  # "the Visa ending in 7238"
         (p + "msg11", p + "msg14/claim"),
+        (p + "msg13", p + "msg14/claim"),  # "Flight HAT271"
         (p + "msg7", p + "msg18/claim"),
+        (p + "msg9", p + "msg18/claim"),
         (p + "msg11", p + "msg18/claim"),
+        (p + "msg13", p + "msg18/claim"),
         (p + "msg17", p + "msg18/claim"),
     }
     e = g.edges(src=p + "msg11", dst=p + "msg12/claim")[0]
@@ -76,21 +83,29 @@ def test_one_trajectory_by_hand(trajectories):
     assert g.node(p + "msg7").trust == 1.0 and g.node(p + "msg7").owner == p + "agent"
     assert g.node(p + "msg17").time == 17.0
     assert p + "msg7" in g.ancestors(p + "msg18/claim")
+    # what the user said: a source owned by the user, with her scope, trusted less than the airline's records
+    said = g.node(p + "msg13")
+    assert (said.type, said.text, said.owner, said.labels, said.trust) == (NodeType.SOURCE, t["traj"][13]["content"], p + "user", scope, USER_TRUST)
+    assert said.attributes == {"role": "user", "message_index": 13}
+    assert [e.dst for e in g.edges(src=said.id, relation=Relation.ATTRIBUTED_TO)] == [p + "user"]
+    users = [n for n in g.nodes("source") if n.attributes.get("role") == "user"]
+    assert [n.attributes["message_index"] for n in users] == [k for k, m in enumerate(t["traj"]) if m["role"] == "user"] == [1, 3, 5, 9, 13, 15, 19]
 
 
 def test_full_file(trajectories):
     writes = sum(1 for t in trajectories for m in t["traj"] for c in m.get("tool_calls") or [] if c["function"]["name"] in WRITE_TOOLS)
     tool_messages = sum(1 for t in trajectories for m in t["traj"] if m["role"] == "tool")
+    user_messages = sum(1 for t in trajectories for m in t["traj"] if m["role"] == "user" and (m["content"] or "").strip())
     g = ProvenanceGraph()
     report = ingest_taubench(g)
-    assert (report.runs, report.agents, report.sources, report.actions) == (200, 400, tool_messages, writes)
-    assert (tool_messages, writes) == (1164, 250)
+    assert (report.runs, report.agents, report.sources, report.actions) == (200, 400, tool_messages + user_messages, writes)
+    assert (tool_messages, user_messages, writes) == (1164, 1490, 250)
     types = _types(g)
-    assert types == {"agent": 400, "source": 1164, "action": 250, "claim": report.claims}
+    assert types == {"agent": 400, "source": 1164 + 1490, "action": 250, "claim": report.claims}
     assert 0 < report.claims <= sum(1 for t in trajectories for m in t["traj"] if m["role"] == "assistant" and m.get("content"))
     rel = _relations(g)
     assert sum(rel.values()) == report.edges
-    assert rel["acted_on_behalf_of"] == 200 and rel["attributed_to"] == report.claims + report.actions
+    assert rel["acted_on_behalf_of"] == 200 and rel["attributed_to"] == report.claims + report.actions + user_messages
     assert rel["generated"] == 250  # every write call has its result
     assert len(g.runs()) == 200
 
@@ -136,7 +151,7 @@ def test_spans_fixture():
     g = ProvenanceGraph()
     report = ingest_spans(g, SPANS)
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "versions": 0, "edges": 15, "run_ids": ["t1"],
+        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "versions": 0, "edges": 15, "unsupported": 0, "run_ids": ["t1"],
         "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1, "memory": 2}
@@ -191,10 +206,10 @@ def test_readme_snippet_runs_twice_in_the_same_folder(tmp_path):
     assert (first.runs, first.present, first.already_present) == (200, 0, False)
     assert again.already_present and (again.present, again.present_ids) == (200, first.run_ids)
     assert again.model_dump(exclude={"present", "present_ids", "already_present"}) == {
-        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "versions": 0, "edges": 0, "run_ids": [],
+        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "versions": 0, "edges": 0, "unsupported": 0, "run_ids": [],
         "extended": 0, "extended_ids": [], "empty": 0, "empty_ids": [],
     }
-    assert _snapshot(graph) == before and (len(graph), len(graph.edges())) == (2431, 3804)
+    assert _snapshot(graph) == before and (len(graph), len(graph.edges())) == (3935, 5883)
     AccessPolicy(graph).grant(RUN + "/agent", "user:sophia_silva_7557")  # the rest of the snippet is idempotent too
     assert len(graph.history(RUN + "/agent")) == 2
 
@@ -250,7 +265,7 @@ def test_a_run_stored_in_part_is_completed(tmp_path, trajectories):
     graph.add_node(whole.node(RUN + "/agent"))
     report = ingest_taubench(graph, runs=[82])
     assert report.model_dump(include={"runs", "extended", "extended_ids", "agents", "sources", "claims", "actions", "edges", "present", "already_present"}) == {
-        "runs": 0, "extended": 1, "extended_ids": [RUN], "agents": 1, "sources": 3, "claims": 4, "actions": 1, "edges": 16, "present": 0, "already_present": False,
+        "runs": 0, "extended": 1, "extended_ids": [RUN], "agents": 1, "sources": 10, "claims": 4, "actions": 1, "edges": 30, "present": 0, "already_present": False,
     }
     assert _snapshot(graph) == _snapshot(whole)
     assert ingest_taubench(graph, runs=[82]).already_present
@@ -264,9 +279,10 @@ def test_a_trajectory_ingested_in_progress_then_whole(tmp_path, trajectories):
     assert ingest_taubench(graph, path).run_ids == [RUN] and RUN + "/msg17" not in graph
     before = _snapshot(graph)
     report = ingest_taubench(graph, runs=[82])
-    assert (report.runs, report.extended_ids, report.sources, report.claims, report.actions, report.already_present) == (0, [RUN], 1, 1, 0, False)
-    # msg17 generated by the booking; claim 18 attributed to the agent and supported by msg 7, 11 and 17
-    assert report.edges == 1 + 1 + 3
+    assert (report.runs, report.extended_ids, report.sources, report.claims, report.actions, report.already_present) == (0, [RUN], 2, 1, 0, False)
+    # msg17 generated by the booking; claim 18 attributed to the agent and supported by msg 7, 9, 11, 13 and 17;
+    # the user's last message (19) attributed to the user
+    assert report.edges == 1 + 1 + 5 + 1
     whole = ProvenanceGraph()
     ingest_taubench(whole, runs=[82])
     versions, edges = _snapshot(graph)
@@ -335,7 +351,7 @@ def test_spans_grown_export_is_extended(tmp_path):
     graph = ProvenanceGraph(tmp_path / "runs.db")
     report = ingest_spans(graph, grown)
     assert report.model_dump() == {
-        "runs": 0, "agents": 0, "sources": 0, "claims": 1, "actions": 0, "memories": 0, "versions": 2, "edges": 2, "run_ids": [],
+        "runs": 0, "agents": 0, "sources": 0, "claims": 1, "actions": 0, "memories": 0, "versions": 2, "edges": 2, "unsupported": 0, "run_ids": [],
         "extended": 1, "extended_ids": ["t1"], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert [r for _, r, _ in graph.history("t1/memory/mem-7")] == ["created", "update_memory span s11"]

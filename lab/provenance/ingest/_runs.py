@@ -131,7 +131,8 @@ class IngestReport(BaseModel):
 
     ``agents`` ... ``memories``: the nodes, by type, actually added (by new and extended runs); ``versions``: the
     node versions written (memory updates and deletes); ``edges``: the edges added. ``already_present``: nothing
-    at all was written and some run was found stored (re-running an ingest into the same graph).
+    at all was written and some run was found stored (re-running an ingest into the same graph). ``unsupported``:
+    the write actions added without any lineage path (flagged ``attributes["unsupported"]``).
     """
 
     runs: int = 0
@@ -143,6 +144,7 @@ class IngestReport(BaseModel):
     memories: int = 0
     versions: int = 0
     edges: int = 0
+    unsupported: int = 0
     run_ids: list[str] = Field(default_factory=list)
     extended_ids: list[str] = Field(default_factory=list)
     present: int = 0
@@ -163,3 +165,5 @@ class IngestReport(BaseModel):
         for w in written:
             field = _TYPE_FIELD[w.type] if isinstance(w, Node) else "edges" if isinstance(w, Edge) else "versions"
             setattr(self, field, getattr(self, field) + 1)
+            if isinstance(w, Node) and w.type == NodeType.ACTION and w.attributes.get("unsupported"):
+                self.unsupported += 1

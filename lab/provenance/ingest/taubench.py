@@ -10,11 +10,24 @@ Mapping (all node ids are prefixed with the run id)
 ``<run>/user``        agent: the user (the principal), ``text`` = the task's ``user_id``.
 ``<run>/msg<k>``      source: the tool **result** at message ``k`` (text = its content; attributes: tool name, call id,
                       arguments, message index); owner = the assistant; trust 1.0 (the environment's database).
+                      A result that looks like JSON (its first non-blank character is ``{`` or ``[``) must parse:
+                      a cut or corrupted one is refused (:class:`~lab.provenance.errors.IngestError` naming the run,
+                      the message index and the path ``[i].traj[k].content``), or, with
+                      ``malformed_results="untrusted"``, kept as an *unparsed observation*: trust 0.0 and
+                      ``attributes["unparsed"]`` = why, so nothing derived from it gets any path trust.
+``<run>/msg<k>``      source: the **user** message at ``k`` (non-empty content): what the principal said; owner =
+                      ``<run>/user``, ``attributed_to`` it, labels = the user's scope ``user:<user_id>``,
+                      ``attributes["role"] = "user"``; trust :data:`USER_TRUST` (0.6): the user's word is enough for
+                      a low- or medium-risk action (the gate's 0.5 rules) but not for a high or critical one (0.7,
+                      0.9), which need records the environment returned; tau-bench users misremember ids and
+                      claim what they do not have, and the airline policy has the agent check them with a tool.
 ``<run>/msg<k>/claim`` claim: an assistant text message ``k`` that is *grounded* (rule below); ``supports`` edges
                       from each grounding source; ``attributed_to`` the assistant.
 ``<run>/msg<k>/call<j>`` action: the ``j``-th **write** tool call of assistant message ``k`` (text = ``name(arguments)``);
                       ``attributed_to`` the assistant, ``used`` edges to the sources it depends on (rule below), and
-                      the call's result source is ``generated`` by it.
+                      the call's result source is ``generated`` by it. An action that ``used`` no source (no
+                      lineage path) is flagged ``attributes["unsupported"] = True`` and counted in
+                      ``IngestReport.unsupported``.
 
 Read tool calls (``get_*``, ``search_*``, ``list_*``, ``calculate``, ``think``, ``transfer_to_human_agents``) make no
 node of their own: their results are sources. Every other tool is a **write** (:data:`WRITE_TOOLS` lists the airline
@@ -40,22 +53,26 @@ From the text of an assistant message we extract *tokens*:
 * capitalised words of 3+ letters (names, airport codes, reservation ids: ``Sophia``, ``ORD``, ``HATHAT``);
   matched only as a whole JSON string value (``"Sophia"``), so prose words do not match.
 
-A source *supports* the claim when at least one token matches in it and the source's message comes **earlier**
+A source (a tool result or a user message) *supports* the claim when at least one token matches in it and the source's message comes **earlier**
 in the same run; the edge records the matched tokens (``attributes["tokens"]``, sorted). An assistant message
 with no supporting source makes no claim node.
 
 Dependency rule (actions)
 -------------------------
-An action ``used`` every earlier source of its run that contains one of the action's argument *values*: the
-string leaves of the arguments that contain a digit (reservation ids, flight numbers, dates, payment ids, user
-ids), matched as whole words; the edge records them (``attributes["values"]``).
+An action ``used`` every earlier source of its run (tool result or user message) that contains one of the
+action's argument *values*: the string leaves of the arguments that contain a digit (flight numbers, dates,
+payment ids, user ids) or are codes of 5+ capitals and digits (reservation ids such as ``IFOYYZ``), matched as
+whole words; the edge records them (``attributes["values"]``).
 
 Time: the trajectories carry **no timestamps**; a node's ``time`` is its message index in the run (a synthetic
 monotone clock per run), also kept as ``attributes["message_index"]``; an edge's time is that of its later end.
 
 Validation: a malformed file raises :class:`~lab.provenance.errors.IngestError` naming the file and the JSON
-path (``[3].traj[7].tool_calls[0].function.arguments``). The whole file is ingested in one
-:meth:`~lab.provenance.graph.ProvenanceGraph.transaction`: an error leaves the graph as it was.
+path (``[3].traj[7].tool_calls[0].function.arguments``). A file that is not valid JSON (e.g. cut short) is read
+trajectory by trajectory to say where: the error names the trajectory it was reading (``[k]``, its byte
+offset), the last complete one (its run id) and the byte offset, line and column of the fault. The whole
+file is ingested in one :meth:`~lab.provenance.graph.ProvenanceGraph.transaction`: an error leaves the graph
+as it was.
 
 Idempotence: ingesting the same trajectories again writes nothing and says so (``IngestReport.present``,
 ``already_present``); a run stored in part, with the same content, gets only its missing nodes and edges
@@ -71,13 +88,17 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lab.provenance.errors import IngestError
 from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
 from lab.provenance.ingest._runs import IngestReport, apply, difference, verdict
 
-__all__ = ["IngestReport", "ingest_taubench", "WRITE_TOOLS", "READ_TOOLS", "PUBLIC_TOOLS", "claim_tokens", "match_tokens"]
+__all__ = ["IngestReport", "ingest_taubench", "WRITE_TOOLS", "READ_TOOLS", "PUBLIC_TOOLS", "USER_TRUST", "claim_tokens", "match_tokens"]
+
+#: Own trust of a user message (module docstring): above the gate's 0.5 rules for low and medium risk, below
+#: its 0.7 and 0.9 rules for high and critical risk.
+USER_TRUST = 0.6
 
 #: The airline domain's write (state-changing) tools.
 WRITE_TOOLS = frozenset(
@@ -154,10 +175,14 @@ def match_tokens(tokens: Iterable[tuple[str, str]], content: str) -> list[str]:
     return sorted({tok for kind, tok in tokens if _matcher(kind, tok).search(content)})
 
 
+_CODE = re.compile(r"[A-Z0-9]{5,}")
+
+
 def _digit_strings(value: Any) -> set[str]:
-    """String leaves of a JSON value that contain a digit."""
+    """String leaves of a JSON value that identify something: 3+ characters with a digit, or a code of 5+
+    capitals and digits (reservation ids such as ``IFOYYZ`` have no digit)."""
     if isinstance(value, str):
-        return {value} if any(c.isdigit() for c in value) and len(value) >= 3 else set()
+        return {value} if (any(c.isdigit() for c in value) and len(value) >= 3) or _CODE.fullmatch(value) else set()
     if isinstance(value, dict):
         return set().union(*(_digit_strings(v) for v in value.values())) if value else set()
     if isinstance(value, list):
@@ -175,11 +200,71 @@ _ROLES = {"system", "user", "assistant", "tool"}
 
 
 def _load(path: str | Path, file: str) -> Any:
+    """The JSON document in ``path``; :class:`IngestError` naming the file, line and column when it is not JSON."""
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise IngestError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", file=file) from None
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=file) from None
+
+
+def _run_id(t: Any, domain: str) -> str | None:
+    if isinstance(t, dict) and isinstance(t.get("task_id"), int | str):
+        return f"tau-{domain}/task{t['task_id']}/trial{t.get('trial', 0)}"
+    return None
+
+
+def _load_trajectories(path: str | Path, file: str, domain: str) -> Any:
+    """The JSON document in ``path``. When it is not valid JSON, the top-level list is read again element by
+    element (:meth:`json.JSONDecoder.raw_decode`) so that the :class:`IngestError` names the trajectory being read
+    (``[k]`` and the byte where it starts), the last complete one and its run id, and the byte offset, line and
+    column of the fault (a file cut short, a missing comma)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", file=file) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as whole:
+        fault = whole
+    decoder, ws = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
+
+    def at(pos: int) -> str:
+        line = text.count("\n", 0, pos) + 1
+        return f"byte {len(text[:pos].encode('utf-8'))}, line {line}, column {pos - (text.rfind(chr(10), 0, pos) + 1) + 1}"
+
+    def fault_at(exc: json.JSONDecodeError) -> str:  # "Unterminated string starting at byte ..."
+        return f"{exc.msg} {at(exc.pos)}" if exc.msg.endswith(" at") else f"{exc.msg} at {at(exc.pos)}"
+
+    pos = ws.match(text).end()
+    if not text.startswith("[", pos):
+        raise IngestError(f"not valid JSON: {fault_at(fault)}", file=file)
+    pos = ws.match(text, pos + 1).end()
+    k, last = 0, None
+    while True:
+        after = f"the last complete trajectory is [{k - 1}] ({last or 'no run id'})" if k else "no trajectory is complete"
+        if text.startswith("]", pos):  # the list closed: the fault is after it
+            raise IngestError(f"not valid JSON after the list of {k} trajectories: {fault_at(fault)}", file=file)
+        if pos >= len(text):
+            raise IngestError(f"the file ends before the list of trajectories is closed (cut short?); {after}, ending before {at(pos)}", file=file)
+        try:
+            t, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise IngestError(
+                f"not valid JSON in trajectory [{k}] (it starts at {at(pos)}; {after}): {fault_at(exc)}", file=file, path=f"[{k}]"
+            ) from None
+        k, last = k + 1, _run_id(t, domain)
+        pos = ws.match(text, end).end()
+        if text.startswith(",", pos):
+            pos = ws.match(text, pos + 1).end()
+        elif not text.startswith("]", pos):
+            after = f"the last complete trajectory is [{k - 1}] ({last or 'no run id'})"
+            if pos >= len(text):
+                raise IngestError(f"the file ends before the list of trajectories is closed (cut short?); {after}, ending before {at(pos)}", file=file)
+            raise IngestError(f"not valid JSON after trajectory [{k - 1}]: expected ',' or ']' at {at(pos)}; {after}", file=file, path=f"[{k}]")
 
 
 def ingest_taubench(
@@ -189,6 +274,8 @@ def ingest_taubench(
     runs: Sequence[int] | None = None,
     domain: str = "airline",
     progress: bool = False,
+    malformed_results: Literal["refuse", "untrusted"] = "refuse",
+    user_trust: float = USER_TRUST,
 ) -> IngestReport:
     """Ingest tau-bench trajectories into ``graph``, all or nothing (see the module docstring for the rules).
 
@@ -203,6 +290,12 @@ def ingest_taubench(
         Part of the run ids (``tau-<domain>/task<id>/trial<n>``).
     progress : bool, default False
         Show a tqdm bar over the trajectories (the 200-run file takes several seconds).
+    malformed_results : {"refuse", "untrusted"}, default "refuse"
+        A tool result that looks like JSON but does not parse (cut, corrupted): ``"refuse"`` raises
+        :class:`IngestError` (nothing is written); ``"untrusted"`` stores it as an unparsed observation with
+        trust 0.0 and ``attributes["unparsed"]`` saying why, never as a trusted source.
+    user_trust : float in [0, 1], default :data:`USER_TRUST`
+        Own trust of the user-message sources.
 
     Returns
     -------
@@ -210,7 +303,8 @@ def ingest_taubench(
         Each run counted once: written from scratch (``runs``, ``run_ids``), extended (``extended``,
         ``extended_ids``: stored in part, its missing nodes and edges written) or found stored (``present``,
         ``present_ids``); the nodes by type and the edges actually added; ``already_present`` when nothing at all
-        was written and some run was found stored.
+        was written and some run was found stored; ``unsupported``: the actions written without any lineage
+        path (flagged ``attributes["unsupported"]``).
 
     Re-ingesting is a no-op, and completes a run stored in part: the unit is the **run** (one trajectory). Each
     planned node and edge of a run is compared with the graph (a node with the version it was created as:
@@ -223,7 +317,10 @@ def ingest_taubench(
     Raises
     ------
     IngestError
-        A malformed file, naming the file and the JSON path of the bad field; the graph is left unchanged.
+        A malformed file, naming the file and the JSON path of the bad field (``[2].traj[5].content`` for a tool
+        result that looks like JSON and does not parse, with its run id and message index; for a file that is
+        not JSON, the trajectory being read, the last complete one and the byte offset); the graph is left
+        unchanged.
     ContentConflictError
         (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content: ``id`` and
         ``field`` name the first differing node or edge and field, ``stored`` and ``given`` the two values, ``run``
@@ -234,7 +331,11 @@ def ingest_taubench(
 
         path = data.fetch(f"tau_bench_{domain}_trajectories")
     file = str(path)
-    doc = _load(path, file)
+    if malformed_results not in ("refuse", "untrusted"):
+        raise ValueError(f"malformed_results must be 'refuse' or 'untrusted', got {malformed_results!r}")
+    if not 0.0 <= user_trust <= 1.0:
+        raise ValueError(f"user_trust must be in [0, 1], got {user_trust!r}")
+    doc = _load_trajectories(path, file, domain)
     if not isinstance(doc, list):
         raise IngestError(f"expected a JSON list of trajectories, got {type(doc).__name__}", file=file)
     indices = range(len(doc)) if runs is None else list(runs)
@@ -247,7 +348,7 @@ def ingest_taubench(
         for i in indices:
             if not isinstance(i, int) or not 0 <= i < len(doc):
                 raise IngestError(f"run index {i!r} out of range (the file holds {len(doc)} trajectories)", file=file)
-            nodes, edges, run = _trajectory(doc[i], i, file, domain)
+            nodes, edges, run = _trajectory(doc[i], i, file, domain, malformed_results, user_trust)
             writes = [*nodes, *edges]
             v = verdict((difference(graph, w) for w in writes), run, file)
             written = [writes[k] for k in v.missing]
@@ -257,7 +358,7 @@ def ingest_taubench(
     return report
 
 
-def _trajectory(t: Any, i: int, file: str, domain: str) -> tuple[list[Node], list[Edge], str]:
+def _trajectory(t: Any, i: int, file: str, domain: str, malformed: str = "refuse", user_trust: float = USER_TRUST) -> tuple[list[Node], list[Edge], str]:
     """Validate one trajectory and build its nodes and edges (nothing is written here)."""
     p = f"[{i}]"
 
@@ -333,6 +434,15 @@ def _trajectory(t: Any, i: int, file: str, domain: str) -> tuple[list[Node], lis
                 action = None
                 if is_write_tool(name):
                     action = f"{run}/msg{k}/call{j}"
+                    values = _digit_strings(args)
+                    used = []
+                    for sid, scontent, _, si in sources:
+                        hit = sorted(v for v in values if _word_in(v, scontent))
+                        if hit:
+                            used.append(Edge(src=action, dst=sid, relation=Relation.USED, time=float(k), attributes={"values": hit}))
+                    attrs = {"tool": name, "call_id": call_id, "arguments": args, "message_index": k, "write": True}
+                    if not used:
+                        attrs["unsupported"] = True  # no lineage path: no earlier tool result or user message holds its arguments
                     nodes.append(
                         Node(
                             id=action,
@@ -341,15 +451,11 @@ def _trajectory(t: Any, i: int, file: str, domain: str) -> tuple[list[Node], lis
                             time=float(k),
                             owner=agent,
                             run=run,
-                            attributes={"tool": name, "call_id": call_id, "arguments": args, "message_index": k, "write": True},
+                            attributes=attrs,
                         )
                     )
                     edges.append(Edge(src=action, dst=agent, relation=Relation.ATTRIBUTED_TO, time=float(k)))
-                    values = _digit_strings(args)
-                    for sid, scontent, _, si in sources:
-                        hit = sorted(v for v in values if _word_in(v, scontent))
-                        if hit:
-                            edges.append(Edge(src=action, dst=sid, relation=Relation.USED, time=float(k), attributes={"values": hit}))
+                    edges.extend(used)
                 calls[call_id] = (k, name, args, action)
             if content and content.strip():
                 tokens = claim_tokens(content)
@@ -372,6 +478,15 @@ def _trajectory(t: Any, i: int, file: str, domain: str) -> tuple[list[Node], lis
                     edges.append(Edge(src=claim, dst=agent, relation=Relation.ATTRIBUTED_TO, time=float(k)))
                     edges.extend(Edge(src=sid, dst=claim, relation=Relation.SUPPORTS, time=float(k), attributes={"tokens": toks}) for sid, _, toks in support)
 
+        elif role == "user" and content and content.strip():  # what the principal said: a source owned by the user
+            sid = f"{run}/msg{k}"
+            nodes.append(
+                Node(id=sid, type=NodeType.SOURCE, text=content, time=float(k), owner=user, labels=scope, trust=user_trust, run=run,
+                     attributes={"role": "user", "message_index": k})
+            )
+            edges.append(Edge(src=sid, dst=user, relation=Relation.ATTRIBUTED_TO, time=float(k)))
+            sources.append((sid, content, scope, k))
+
         elif role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -384,18 +499,22 @@ def _trajectory(t: Any, i: int, file: str, domain: str) -> tuple[list[Node], lis
             text = content or ""
             labels = frozenset() if name in PUBLIC_TOOLS else scope
             sid = f"{run}/msg{k}"
+            attrs = {"tool": name, "call_id": call_id, "arguments": args, "message_index": k}
+            trust = 1.0
+            if text.lstrip()[:1] in ("{", "["):  # it claims to be JSON: it must parse
+                try:
+                    json.loads(text)
+                except json.JSONDecodeError as exc:
+                    why = f"looks like JSON but does not parse: {exc.msg}{'' if exc.msg.endswith(' at') else ' at'} char {exc.pos} of {len(text)}"
+                    if malformed == "refuse":
+                        raise err(
+                            f"tool result of {name!r} (run {run!r}, message {k}) {why}: a cut or corrupted result is never "
+                            f"stored as a trusted source (malformed_results='untrusted' keeps it as an unparsed observation with trust 0)",
+                            f"{mp}.content",
+                        ) from None
+                    attrs["unparsed"], trust = why, 0.0
             nodes.append(
-                Node(
-                    id=sid,
-                    type=NodeType.SOURCE,
-                    text=text,
-                    time=float(k),
-                    owner=agent,
-                    labels=labels,
-                    trust=1.0,
-                    run=run,
-                    attributes={"tool": name, "call_id": call_id, "arguments": args, "message_index": k},
-                )
+                Node(id=sid, type=NodeType.SOURCE, text=text, time=float(k), owner=agent, labels=labels, trust=trust, run=run, attributes=attrs)
             )
             if action is not None:
                 edges.append(Edge(src=action, dst=sid, relation=Relation.GENERATED, time=float(k)))
