@@ -5,8 +5,10 @@ trust, eligibility for an agent with the reason, gate decisions), the lineage ne
 the selected node and its details, and which nodes the filters and the time limit leave visible
 (``visible``, by :func:`lab.provenance.view.visible_ids`); the front end (``provenance_explorer.js``,
 bundled from ``widgets/js/provenance_explorer``; rebuild with ``npm ci && npm run build`` there) draws
-them with cytoscape, lets the user click a node (``selected``), tick filters (``filters``) and scrub
-time (``time_max``), shows exactly the ``visible`` nodes and styles whatever ``highlight`` says.
+them with cytoscape, lets the user click a node (``selected``), tick filters (``filters``), scrub
+time (``time_max``) and search (``query``), shows exactly the ``visible`` nodes and styles whatever
+``highlight`` says. Beside the graph it draws the legend, the counter, the search hits and the run's
+timeline (a span tree with timings, :func:`lab.provenance.timeline.timeline`) that Python computed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from lab.provenance.access import AccessPolicy
 from lab.provenance.errors import UnknownNodeError
 from lab.provenance.gate import GateDecision
 from lab.provenance.graph import ProvenanceGraph
-from lab.provenance.view import describe, explorer_elements, neighbourhood, visible_ids
+from lab.provenance.timeline import format_time, time_axis, timeline
+from lab.provenance.view import counter, describe, explorer_elements, legend, neighbourhood, search, time_label, visible_ids
 
 __all__ = ["ProvenanceExplorer"]
 
@@ -48,7 +51,12 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     lists of the values shown), ``time_max`` (nodes later than it are hidden; ``None``: none),
     ``visible`` (the node ids ``filters`` and ``time_max`` leave shown, recomputed here whenever one of
     them or ``elements`` changes; the browser only shows these), ``highlight`` (``ancestors``/``descendants``
-    of ``selected``) and ``detail`` (its description).
+    of ``selected``) and ``detail`` (its description). Computed here from those and drawn as they are:
+    ``legend`` (:func:`~lab.provenance.view.legend`: the marks actually drawn, with counts), ``counter``
+    (:func:`~lab.provenance.view.counter`), ``time_label`` (the slider's reading with its unit,
+    :func:`~lab.provenance.view.time_label`), ``hits`` (:func:`~lab.provenance.view.search` of ``query``,
+    which the search box sets) and ``timeline`` (:func:`lab.provenance.timeline.timeline` of the nodes shown
+    in ``elements``; its rows follow ``visible`` too).
     """
 
     _esm = _BUNDLE
@@ -59,6 +67,12 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     visible = t.List(t.Unicode()).tag(sync=True)
     highlight = t.Dict().tag(sync=True)
     detail = t.Dict().tag(sync=True)
+    legend = t.List(t.Dict()).tag(sync=True)
+    counter = t.Dict().tag(sync=True)
+    time_label = t.Unicode("").tag(sync=True)
+    query = t.Unicode("").tag(sync=True)
+    hits = t.Dict().tag(sync=True)
+    timeline = t.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -79,14 +93,25 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Recompute the elements from the graph's current state (filters reset to show everything)."""
         els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
+        rows = timeline(self.graph, [n["data"]["id"] for n in els["nodes"]])
         with self.hold_sync():  # one message: the front end redraws with the new elements' visible ids
+            self.timeline = rows
             self.elements = els
             self.filters = {"types": list(els["types"]), "agents": list(els["agents"]), "scopes": list(els["scopes"])}
             self._update_selection()
+            self._on_query(None)
 
     @t.observe("elements", "filters", "time_max")
     def _on_visibility_inputs(self, change) -> None:
-        self.visible = visible_ids(self.elements, self.filters, self.time_max)
+        with self.hold_sync():
+            self.visible = visible_ids(self.elements, self.filters, self.time_max)
+            self.legend = legend(self.elements, self.visible)
+            self.counter = counter(self.elements, self.visible)
+            self.time_label = time_label(self.elements, self.time_max)
+
+    @t.observe("query")
+    def _on_query(self, change) -> None:
+        self.hits = search(self.elements, self.query)
 
     @t.observe("selected")
     def _on_selected(self, change) -> None:
@@ -99,6 +124,7 @@ class ProvenanceExplorer(anywidget.AnyWidget):
             return
         try:
             self.highlight = neighbourhood(self.graph, node_id)
-            self.detail = describe(self.graph, node_id, agent=self.agent, policy=self.policy, decisions=self.decisions)
+            detail = describe(self.graph, node_id, agent=self.agent, policy=self.policy, decisions=self.decisions)
+            self.detail = {**detail, "time_label": format_time(self.elements.get("time_axis") or time_axis([]), detail["time"])}
         except UnknownNodeError as exc:
             self.highlight, self.detail = {"ancestors": [], "descendants": []}, {"id": node_id, "error": str(exc)}
