@@ -23,46 +23,77 @@ def real():
     return {name: QueueReplay(load_trace(name)) for name in ("theta_2022", "hpc2n")}
 
 
+def data(dash):
+    return dash.chart.figure["data"]
+
+
+def empty_notes(dash):
+    return {a["name"].removeprefix("empty:"): a["text"] for a in dash.chart.figure["layout"]["annotations"] if a.get("name", "").startswith("empty:")}
+
+
 def test_small_site_numbers_follow_the_replay():
     replay = QueueReplay(parse_swf(SMALL), name="tiny")
     dash = QueueDashboard([replay], step_hours=1, start_day=0, points=10)
     view = dash.views["tiny"]
     # t = 0: job 1 pending (waits until 2 h), nothing running.
     assert "pending <b>1</b>" in view.stats.value and "running <b>0</b>" in view.stats.value
-    assert ">1<" in view.table.value and "longest-waiting" in view.table.value
+    assert [(r.id, r.group) for r in dash.jobs.shown()] == [("tiny/1", "pending")]
+    assert empty_notes(dash) == {"tiny": "no job started in the 7 d before this time"}  # says why, not an empty -1..1 plot
+    assert dash.chart.figure["layout"]["yaxis3"]["range"] == [0, 1]
     dash.slider.value = 1  # t = 1 h: job 2 started at 1 h (no wait), job 1 still pending
     assert "pending <b>1</b>" in view.stats.value and "running <b>1</b>" in view.stats.value
     assert "busy 1/4 (25%)" in view.stats.value
+    assert [(r.id, r.group) for r in dash.jobs.shown()] == [("tiny/1", "pending"), ("tiny/2", "running")]
     dash.slider.value = 2  # t = 2 h: both running, 3 of 4 processors busy, queue empty
     assert "pending <b>0</b>" in view.stats.value and "busy 3/4 (75%)" in view.stats.value
-    assert "no job pending" in view.table.value
+    assert {r.group for r in dash.jobs.shown()} == {"running"}
     # the window is [t - 7 d, t): job 1, starting exactly at t = 2 h, is not in it yet
-    assert list(dash.figure.data[6].y) == [1] + [0] * 11
+    assert data(dash)[6]["y"] == [1] + [0] * 11 and empty_notes(dash) == {}
+    assert dash.chart.figure["layout"]["yaxis3"]["autorange"] is True
     dash.slider.value = 3
-    hist = list(dash.figure.data[6].y)
+    hist = data(dash)[6]["y"]
     assert hist[0] == 1 and hist[4] == 1 and sum(hist) == 2  # waits 0 s (<1m) and exactly 2 h (bin [2h, 4h))
+    dash.slider.value = dash.slider.max  # both jobs ended: nothing in the table, and it says why
+    assert dash.jobs.table["rows"] == [] and dash.jobs.table["empty"] == "no job pending or running: every trace has ended by this time"
 
 
-def test_slider_updates_in_place(real):
+def test_slider_moves_every_site(real):
     dash = QueueDashboard(real, start_day=30)
-    figure, n_traces = dash.figure, len(dash.figure.data)
-    tables = {name: view.table.value for name, view in dash.views.items()}
+    chart, n_traces = dash.chart, len(data(dash))
+    table = dash.jobs.table
     dash.slider.value += 24
-    assert dash.figure is figure and len(dash.figure.data) == n_traces  # same widget, nothing rebuilt
-    assert [s.x0 for s in dash.figure.layout.shapes] == pytest.approx([31.0] * 4)  # markers moved one day
-    assert tables["theta_2022"] != dash.views["theta_2022"].table.value
+    assert dash.chart is chart and len(data(dash)) == n_traces  # same widget, same traces
+    assert [s["x0"] for s in dash.chart.figure["layout"]["shapes"]] == pytest.approx([31.0] * 4)  # markers moved one day
+    assert table != dash.jobs.table
+    rows = dash.jobs.data.rows
     for column, view in enumerate(dash.views.values()):
         first = 7 * column  # each site owns 7 traces: pending, running, busy, capacity, 2 markers, histogram
         t = view.replay.first_submit + dash.elapsed_s
         snap = view.replay.snapshot(t)
-        assert list(dash.figure.data[first + 4].y) == [snap.pending]
-        assert list(dash.figure.data[first + 5].y) == [snap.busy_processors]
-        np.testing.assert_array_equal(dash.figure.data[first + 6].y, view.replay.wait_histogram(t - 7 * DAY, t, WAIT_BIN_EDGES))
-        top = view.replay.pending_jobs(t, limit=10)
-        if len(top):
-            assert f">{int(top.job_id.iloc[0])}<" in view.table.value
-        else:
-            assert "no job pending" in view.table.value
+        assert data(dash)[first + 4]["y"] == [snap.pending]
+        assert data(dash)[first + 5]["y"] == [snap.busy_processors]
+        np.testing.assert_array_equal(data(dash)[first + 6]["y"], view.replay.wait_histogram(t - 7 * DAY, t, WAIT_BIN_EDGES))
+        top = view.replay.pending_jobs(t, limit=25)
+        site_pending = [r.id for r in rows if r.id.startswith(f"{view.name}/") and r.group == "pending"]
+        assert site_pending == [f"{view.name}/{int(j)}" for j in top.job_id]  # the longest-waiting, in that order
+    # clicking "waited so far" sorts by the durations, longest first on the second click
+    dash.jobs.sort = {"key": "waited", "descending": True}
+    waited = dash.jobs.data.column_index("waited")
+    keys = [r.cells[waited].sort for r in dash.jobs.shown()]
+    assert keys == sorted(keys, reverse=True) and len(keys) == len(rows)
+    dash.jobs.group_filter = "running"
+    assert {r.group for r in dash.jobs.shown()} == {"running"}
+    dash.slider.value += 6
+    assert dash.jobs.sort == {"key": "waited", "descending": True} and dash.jobs.group_filter == "running"  # kept across moves
+
+
+def test_the_chart_fits_its_output_area(real):
+    dash = QueueDashboard(real)
+    layout = dash.chart.figure["layout"]
+    assert "width" not in layout and dash.chart.layout.width == "100%" and dash.layout.width == "100%"
+    assert QueueDashboard(real, width=300).chart.figure["layout"]["width"] == 600
+    with pytest.raises(ValueError, match="width must be an integer number of pixels >= 100"):
+        QueueDashboard(real, width=20)
 
 
 def test_time_axis_is_elapsed_and_covers_the_longest_trace(real):
@@ -72,6 +103,7 @@ def test_time_axis_is_elapsed_and_covers_the_longest_trace(real):
     hpc2n = dash.views["hpc2n"]
     dash.slider.value = dash.slider.max - dash.slider.max % 6  # far past HPC2N's 61-day trace
     assert "after the trace's last job" in hpc2n.stats.value
+    assert empty_notes(dash)["hpc2n"] == "no job started in the 7 d before this time:<br>the trace ended on day 61.2"
 
 
 def test_needs_a_site():

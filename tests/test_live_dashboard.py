@@ -42,30 +42,95 @@ def test_live_sites_fold(tmp_path):
     assert [e.kind for e in live.events] == ["job.submitted", "site.unavailable", "job.completed"]
 
 
-def test_dashboard_refreshes_in_place(tmp_path):
+def traces(dash, site):
+    """A site's (pending, running, busy, total) traces in the chart's figure (4 per site, in site order)."""
+    k = dash.site_names.index(site)
+    return dash.chart.figure["data"][4 * k: 4 * k + 4]
+
+
+def notes(dash):
+    return {a["name"].removeprefix("note:"): a["text"] for a in dash.chart.figure["layout"]["annotations"] if a.get("name", "").startswith("note:")}
+
+
+def test_dashboard_draws_the_log_and_says_what_is_missing(tmp_path):
     log = EventLog(tmp_path / "lab.db")
     now = [103.0]
     dash = QueueDashboard.live(tmp_path / "lab.db", ["alpha", "beta"], clock=lambda: now[0])
-    assert isinstance(dash, LiveSitesDashboard) and "no placement yet" in dash.decisions.value
-    figure = dash.figure
+    assert isinstance(dash, LiveSitesDashboard)
+    # nothing yet: every panel and table says why it is empty
+    assert notes(dash) == {"alpha": "no sample yet:<br>waiting for the continuation service", "beta": "no sample yet:<br>waiting for the continuation service"}
+    assert "continuation service" in dash.jobs.table["empty"] and dash.candidates.table["empty"] == "no placement yet"
+    assert dash.decisions.table["rows"] == [] and "no placement yet" in dash.decisions.table["empty"]
+    assert "not refreshing by itself" in dash.status.value
+    chart = dash.chart
     fill(log)
-    assert dash.refresh() == 7 and dash.figure is figure
-    assert list(dash.figure.data[1].y) == [1, 2]  # alpha running
-    assert list(dash.figure.data[3].y) == [2]  # beta pending
-    assert "alpha/7" in dash.decisions.value and "not eligible" in dash.decisions.value
+    assert dash.refresh() == 7 and dash.chart is chart
+    pending, running, busy, total = traces(dash, "alpha")
+    assert (running["y"], busy["y"], total["y"]) == ([1, 2], [1, 2], [2, 2])
+    assert running["x"] == ["1970-01-01 00:01:40.000000", "1970-01-01 00:01:42.000000"]  # UTC, as plotly.js reads dates
+    assert traces(dash, "beta")[0]["y"] == [2]
+    assert notes(dash) == {"beta": "unavailable:<br>the site does not answer"}  # alpha is live: no note over its lines
     # what each site showed: a table, one row per site, the chosen one marked
-    assert "<b>what each site showed</b> for alpha/7 (earliest_completion)" in dash.decisions.value
-    seen = dash._candidates_table(dash.live.decisions[-1])
-    assert list(seen["site"]) == ["&#9654; alpha", "beta"] and list(seen["pending"].fillna(-1)) == [3, -1]
-    assert list(seen["start in (s)"].fillna("")) == ["+40", ""] and list(seen["eligible"]) == ["yes", "no: not eligible"]
-    assert "<td>&#9654; alpha</td>" in dash.decisions.value and "<th>done in (s)</th>" in dash.decisions.value
-    assert "job.completed" in dash.events.value and "unavailable" in dash.status.value
-    assert "<b>alpha</b>: 0 pending, 2 running, 2/2 CPUs busy" in dash.status.value
+    seen = dash.candidates.table
+    assert seen["caption"] == "what each site showed for alpha/7 (earliest_completion)"
+    assert [r["cells"][0] for r in seen["rows"]] == ["\u25b6 alpha", "beta"] and [r["group"] for r in seen["rows"]] == ["chosen", "not eligible"]
+    assert [r["cells"][5] for r in seen["rows"]] == ["+40 s", ""] and [r["cells"][1] for r in seen["rows"]] == ["yes", "no: not eligible"]
+    assert [r["cells"][1] for r in dash.decisions.table["rows"]] == ["alpha/7"]
+    assert [r["cells"][1] for r in dash.events.table["rows"]] == ["job.completed", "site.unavailable", "job.submitted"]
+    assert "<b>alpha</b>: 0 pending, 2 running, 2/2 CPUs busy" in dash.status.value and "unavailable (down)" in dash.status.value
     assert dash.refresh() == 0
     now[0] = 160.0  # no sample for 58 s (the sites stopped): the last numbers are shown as stale, not as current
     assert dash.refresh() == 0
     assert "<b>alpha</b>: <span class='lab-stale'" in dash.status.value and "no sample for 58 s" in dash.status.value
     assert "last: 0 pending, 2 running, 2/2 CPUs busy at 00:01:42" in dash.status.value
+    assert notes(dash)["alpha"] == "stale: no sample for 58 s<br>(site or service stopped)"
+
+
+def test_job_rows_follow_the_samples_and_turn_stale(tmp_path):
+    log = EventLog(tmp_path / "lab.db")
+    now = [130.0]
+    dash = LiveSitesDashboard(tmp_path / "lab.db", ["alpha"], clock=lambda: now[0])
+    jobs = [{"job_id": "4", "state": "running", "submit_time": 90.0, "start_time": 95.0, "cpus": 2, "time_limit_s": 600},
+            {"job_id": "5", "state": "pending", "submit_time": 100.0, "start_time": 695.0, "cpus": 1, "time_limit_s": 60, "reason": "Resources"}]
+    for t in (110.0, 120.0):
+        log.append("alpha", "site.queue", "alpha", {"pending": 1, "running": 1, "idle_cpus": 0, "total_cpus": 2, "time": t, "jobs": jobs}, at=t)
+    dash.refresh()
+    rows = dash.jobs.table["rows"]
+    columns = [c["key"] for c in dash.jobs.table["columns"]]
+    cell = lambda row, key: row["cells"][columns.index(key)]  # noqa: E731
+    assert [r["id"] for r in rows] == ["alpha/5", "alpha/4"] and [r["group"] for r in rows] == ["pending", "running"]
+    assert cell(rows[0], "waited") == "30 s" and rows[0]["sort"][columns.index("waited")] == 30.0  # counted to now
+    assert cell(rows[0], "start") == "in 9.4 min (00:11:35)" and cell(rows[0], "walltime") == "0:01:00"
+    assert cell(rows[0], "reason") == "Resources" and cell(rows[1], "procs") == "2" and cell(rows[1], "waited") == "5 s"
+    assert not any(r["muted"] for r in rows)
+    dash.jobs.sort = {"key": "job", "descending": False}
+    dash.jobs.group_filter = "pending"
+    now[0] = 200.0  # 80 s without a sample (poll every 10 s): stale
+    dash.refresh()
+    rows = dash.jobs.table["rows"]
+    assert all(r["muted"] for r in rows) and cell(rows[0], "site") == "alpha (stale: no sample for 80 s)"
+    assert cell(rows[0], "waited") == "\u2265 20 s"  # as of the last sample, and at least that
+    assert dash.jobs.sort == {"key": "job", "descending": False} and [r.id for r in dash.jobs.shown()] == ["alpha/5"]  # kept
+
+
+def test_stopping_the_refresh_says_so(tmp_path):
+    EventLog(tmp_path / "lab.db")
+    dash = LiveSitesDashboard(tmp_path / "lab.db", ["alpha"], clock=lambda: 3600.0)
+    dash.start(interval_s=0.2)
+    try:
+        assert "following the event log every 0.2 s" in dash.status.value
+    finally:
+        dash.stop()
+    assert "<b>stopped</b> at 01:00:00 UTC: this view no longer refreshes" in dash.status.value
+
+
+def test_bad_arguments(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="at least one site"):
+        LiveSitesDashboard(tmp_path / "lab.db", [])
+    with pytest.raises(ValueError, match=r"site names must be unique, but \['a'\] repeat"):
+        LiveSitesDashboard(tmp_path / "lab.db", ["a", "a"])
 
 
 def test_site_state_follows_the_samples_age(tmp_path):

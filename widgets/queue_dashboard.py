@@ -1,34 +1,36 @@
 """Site-queue dashboard: several HPC sites' queues replayed side by side.
 
-A view over :class:`lab.hpc.queue.QueueReplay` objects. One time control
-(slider plus play button) moves every site to the same *elapsed* time since
-its trace's first job (the traces come from different years, so calendar time
-would not overlap). Per site (one column each) it shows the pending and
-running job counts and the busy processors over the whole trace with a marker
-at the chosen time, the wait-time histogram of the jobs that started in the
-preceding window, the queue's numbers at that time, and the longest-waiting
-pending jobs.
+A view over :class:`lab.hpc.queue.QueueReplay` objects. One time control (slider plus play button)
+moves every site to the same *elapsed* time since its trace's first job (the traces come from
+different years, so calendar time would not overlap). Per site (one column each) it shows the pending
+and running job counts and the busy processors over the whole trace with a marker at the chosen time,
+the wait-time histogram of the jobs that started in the preceding window, and the queue's numbers at
+that time; below, one table of the jobs pending and running at that time on every site
+(:func:`lab.hpc.views.jobs_from_replay`), sorted by a click on a header, filtered by state or text.
 
-All plots live in one plotly ``FigureWidget`` (one column of subplots per
-site), built once in its initial state; moving the time changes a few of its
-properties in place in one ``batch_update``, never rebuilds it. (One widget
-rather than one per site: with plotly 7's anywidget front end, in-place
-updates to several FigureWidgets on one page were intermittently lost.)
+The plots are one :class:`~widgets.live_chart.LiveChart` (one column of subplots per site), whose whole
+figure is set again when the time moves (a view that missed an update still draws the latest). It
+takes the width of its output area; a panel with nothing to show says why (no job started in the
+window; the trace has ended).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Mapping, Sequence
 
 import ipywidgets as W
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from lab.hpc.queue import WAIT_BIN_EDGES, WAIT_BIN_LABELS, QueueReplay, QueueSnapshot
+from lab.hpc.views import job_table, jobs_from_replay
+from widgets.live_chart import LiveChart
+from widgets.sortable_table import SortableTable
 
 __all__ = ["QueueDashboard"]
 
@@ -36,19 +38,21 @@ _HOUR, _DAY = 3600.0, 86400.0
 # Trace order within each site's block of traces, and shapes (time markers) per site.
 _PENDING, _RUNNING, _BUSY, _CAPACITY, _PENDING_NOW, _BUSY_NOW, _WAITS = range(7)
 _TRACES_PER_SITE, _SHAPES_PER_SITE = 7, 2
+_COLUMN = W.Layout(flex="1 1 0", min_width="0", padding="0 8px")
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / _HOUR:,.1f} h"
+def _axis(letter: str, index: int) -> str:
+    return f"{letter}{index if index > 1 else ''}"
 
 
 class _SiteView:
     """One site's column: its text widgets, and which traces and shapes of the shared figure are its own."""
 
-    def __init__(self, name: str, replay: QueueReplay, column: int, *, window_s: float, top: int, width: int):
+    def __init__(self, name: str, replay: QueueReplay, column: int, n_sites: int, *, window_s: float, top: int):
         self.name, self.replay, self.column, self.window_s, self.top = name, replay, column, window_s, top
         self.first_trace = column * _TRACES_PER_SITE
         self.first_shape = column * _SHAPES_PER_SITE
+        self.hist_axis = 2 * n_sites + column + 1  # row 3 of this column: the histogram's axes
         first = pd.Timestamp(replay.first_submit, unit="s", tz="UTC")
         last = pd.Timestamp(replay.last_end, unit="s", tz="UTC")
         self.title = W.HTML(
@@ -58,44 +62,51 @@ class _SiteView:
         )
         self.stats = W.HTML()
         self.stats.add_class("lab-site-stats")
-        self.table = W.HTML()
-        self.table.add_class("lab-pending-table")
-        box = W.Layout(width=f"{width}px", padding="0 8px")
-        self.header = W.VBox([self.title, self.stats], layout=box)
-        self.footer = W.VBox([self.table], layout=box)
+        self.header = W.VBox([self.title, self.stats], layout=_COLUMN)
 
     def state(self, elapsed_s: float) -> tuple[float, QueueSnapshot, np.ndarray]:
         """(day, snapshot, wait-histogram counts) at ``elapsed_s`` seconds after the site's first job."""
         t = self.replay.first_submit + elapsed_s
         return elapsed_s / _DAY, self.replay.snapshot(t), self.replay.wait_histogram(t - self.window_s, t, WAIT_BIN_EDGES)
 
-    def add_traces(self, fig: go.Figure, elapsed_s: float, points: int) -> None:
+    def empty_note(self, elapsed_s: float, counts: np.ndarray) -> str | None:
+        """Why the histogram is empty at ``elapsed_s`` (None when it is not)."""
+        if counts.sum() > 0:
+            return None
+        r, t = self.replay, self.replay.first_submit + elapsed_s
+        window = f"{self.window_s / _DAY:g} d"
+        if t - self.window_s >= r.last_end:
+            return f"no job started in the {window} before this time:<br>the trace ended on day {r.span / _DAY:.1f}"
+        if t - self.window_s >= float(r.start.max()):
+            return f"no job started in the {window} before this time:<br>the trace's last start was day {(float(r.start.max()) - r.first_submit) / _DAY:.1f}"
+        return f"no job started in the {window} before this time"
+
+    def add_traces(self, fig, points: int) -> None:
         r, col = self.replay, self.column + 1
-        day, snap, counts = self.state(elapsed_s)
         timeline = r.timeline(points)
-        days = (timeline["time"].to_numpy() - r.first_submit) / _DAY
+        days = np.round((timeline["time"].to_numpy() - r.first_submit) / _DAY, 4)
         legend = self.column == 0
-        site = f"<extra>{self.name}</extra>"  # hover text: what a point is, with its unit, and the site it belongs to
+        site = f"<extra>{html.escape(self.name)}</extra>"  # hover text: what a point is, with its unit, and the site
         fig.add_scatter(x=days, y=timeline["pending"], name="pending", line=dict(color="#d62728"), showlegend=legend, legendgroup="p",
                         hovertemplate="day %{x:.1f}: %{y:,d} jobs pending" + site, row=1, col=col)
         fig.add_scatter(x=days, y=timeline["running"], name="running", line=dict(color="#2ca02c"), showlegend=legend, legendgroup="r",
                         hovertemplate="day %{x:.1f}: %{y:,d} jobs running" + site, row=1, col=col)
         fig.add_scatter(x=days, y=timeline["busy_processors"], name="busy", line=dict(color="#1f77b4"), showlegend=legend, legendgroup="b",
                         hovertemplate="day %{x:.1f}: %{y:,d} processors busy" + site, row=2, col=col)
-        cap = r.capacity if r.capacity is not None else float("nan")
+        cap = r.capacity if r.capacity is not None else None
         fig.add_scatter(x=[days[0], days[-1]], y=[cap, cap], mode="lines", name="capacity", line=dict(color="#7f7f7f", dash="dash"), showlegend=legend,
                         legendgroup="c", hovertemplate="capacity: %{y:,d} processors" + site, row=2, col=col)
-        fig.add_scatter(x=[day], y=[snap.pending], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now",
+        fig.add_scatter(x=[0.0], y=[0], mode="markers", marker=dict(size=10, color="#d62728"), showlegend=False, name="pending now",
                         hovertemplate="chosen time, day %{x:.2f}: %{y:,d} jobs pending" + site, row=1, col=col)
-        fig.add_scatter(x=[day], y=[snap.busy_processors], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now",
+        fig.add_scatter(x=[0.0], y=[0], mode="markers", marker=dict(size=10, color="#1f77b4"), showlegend=False, name="busy now",
                         hovertemplate="chosen time, day %{x:.2f}: %{y:,d} processors busy" + site, row=2, col=col)
-        fig.add_bar(x=list(WAIT_BIN_LABELS), y=counts, name="jobs started", marker_color="#9467bd", showlegend=False,
+        fig.add_bar(x=list(WAIT_BIN_LABELS), y=[0] * len(WAIT_BIN_LABELS), name="jobs started", marker_color="#9467bd", showlegend=False,
                     hovertemplate="%{y:,d} jobs started after waiting %{x}" + site, row=3, col=col)
         for row in (1, 2):
-            fig.add_vline(x=day, line=dict(color="black", width=1, dash="dot"), row=row, col=col)
+            fig.add_vline(x=0.0, line=dict(color="black", width=1, dash="dot"), row=row, col=col)
         # Rows 1 and 2 share one time axis per site (zoom one, the other follows), in days since the site's first job.
         fig.update_xaxes(ticksuffix=" d", row=1, col=col)
-        fig.update_xaxes(ticksuffix=" d", matches=f"x{col if col > 1 else ''}", row=2, col=col)
+        fig.update_xaxes(ticksuffix=" d", matches=_axis("x", col), row=2, col=col)
         fig.update_xaxes(title_text="wait before start", title_standoff=4, row=3, col=col)
         if col == 1:  # counts: integer ticks, axes titled with their unit
             fig.update_yaxes(title_text="jobs", row=1, col=col)
@@ -103,47 +114,38 @@ class _SiteView:
             fig.update_yaxes(title_text="jobs started", row=3, col=col)
         for row in (1, 2, 3):
             fig.update_yaxes(tickformat=",d", rangemode="tozero", row=row, col=col)
-        self.show_text(elapsed_s, snap)
 
-    def move(self, fig: go.FigureWidget, elapsed_s: float) -> None:
-        """Move the site to ``elapsed_s``; call inside the figure's ``batch_update``."""
+    def place(self, data: list, layout: dict, elapsed_s: float) -> QueueSnapshot:
+        """Write this site's state at ``elapsed_s`` into copies of its traces, shapes and axes in ``data``/``layout``."""
         day, snap, counts = self.state(elapsed_s)
-        fig.data[self.first_trace + _PENDING_NOW].update(x=[day], y=[snap.pending])
-        fig.data[self.first_trace + _BUSY_NOW].update(x=[day], y=[snap.busy_processors])
-        fig.data[self.first_trace + _WAITS].y = counts
-        for shape in fig.layout.shapes[self.first_shape : self.first_shape + _SHAPES_PER_SITE]:
-            shape.x0 = shape.x1 = day
+        first = self.first_trace
+        data[first + _PENDING_NOW] = {**data[first + _PENDING_NOW], "x": [day], "y": [snap.pending]}
+        data[first + _BUSY_NOW] = {**data[first + _BUSY_NOW], "x": [day], "y": [snap.busy_processors]}
+        data[first + _WAITS] = {**data[first + _WAITS], "y": counts.tolist()}
+        shapes = layout["shapes"]
+        for k in range(self.first_shape, self.first_shape + _SHAPES_PER_SITE):
+            shapes[k] = {**shapes[k], "x0": day, "x1": day}
+        yaxis = _axis("yaxis", self.hist_axis)
+        note = self.empty_note(elapsed_s, counts)
+        layout[yaxis] = {**layout[yaxis], **({"range": [0, 1], "autorange": False, "showticklabels": False} if note else {"autorange": True})}
+        if note:
+            layout["annotations"].append({
+                "text": note, "showarrow": False, "font": {"color": "#555", "size": 12}, "name": f"empty:{self.name}",
+                "xref": f"{_axis('x', self.hist_axis)} domain", "yref": f"{_axis('y', self.hist_axis)} domain", "x": 0.5, "y": 0.55,
+            })
         self.show_text(elapsed_s, snap)
+        return snap
 
     def show_text(self, elapsed_s: float, snap: QueueSnapshot) -> None:
         r = self.replay
         t = r.first_submit + elapsed_s
         util = "n/a" if math.isnan(snap.utilization) else f"{snap.utilization:.0%}"
-        note = " <b>(after the trace's last job)</b>" if t > r.last_end else ""
+        note = " <b>(after the trace's last job)</b>" if t >= r.last_end else ""
         self.stats.value = (
             f"<div><b>{snap.datetime:%Y-%m-%d %H:%M} UTC</b>{note}<br>"
             f"pending <b>{snap.pending}</b> jobs ({snap.pending_processors:,} processors asked) &middot; "
             f"running <b>{snap.running}</b> &middot; busy {snap.busy_processors:,}/{r.capacity or '?'} ({util})</div>"
         )
-        self.table.value = self._table_html(r.pending_jobs(t, limit=self.top), snap.pending)
-
-    @staticmethod
-    def _table_html(pending: pd.DataFrame, total: int) -> str:
-        if pending.empty:
-            return "<div class='lab-empty'>no job pending at this time</div>"
-        shown = pd.DataFrame(
-            {
-                "job": pending["job_id"],
-                "submitted (UTC)": pending["submitted"].dt.strftime("%m-%d %H:%M"),
-                "waited so far": [_hours(s) for s in pending["waited_s"]],
-                "procs": pending["processors"],
-                "walltime asked": [_hours(s) if not np.isnan(s) else "?" for s in pending["requested_time_s"]],
-                "total wait": [_hours(s) for s in pending["wait_s"]],
-            }
-        )
-        caption = f"<div><b>longest-waiting pending jobs</b> ({len(pending)} of {total})</div>"
-        nowrap = "<style>.lab-table th, .lab-table td {white-space: nowrap; padding: 0 6px}</style>"  # numbers never wrap
-        return nowrap + caption + shown.to_html(index=False, border=0, classes="lab-table")
 
 
 class QueueDashboard(W.VBox):
@@ -159,24 +161,28 @@ class QueueDashboard(W.VBox):
     window_s : float, default 7 days
         Width, in seconds, of the window before the chosen time whose started jobs
         make up the wait-time histogram.
-    top : int, default 10
-        Rows of the pending-jobs table.
+    top : int, default 25
+        Per site, how many pending jobs (the longest-waiting) and running jobs (the earliest
+        started) the jobs table lists.
     step_hours : int, default 6
         Slider and play-button step, hours.
     start_day : float, default 30
         Initial elapsed time, days (clipped to the longest trace).
-    width : int, default 380
-        Pixel width of each site's column.
+    width : int, optional
+        Pixel width of each site's column; default: the sites share the output area's width.
 
     Attributes
     ----------
     slider : ipywidgets.IntSlider
         Elapsed hours since each trace's first job; set ``slider.value`` to move every site.
     play : ipywidgets.Play
-    figure : plotly.graph_objects.FigureWidget
-        Rows: pending/running jobs, busy processors, wait histogram; one column per site.
+    chart : widgets.live_chart.LiveChart
+        Rows: pending/running jobs, busy processors, wait histogram; one column per site
+        (``chart.figure`` is the plotly figure as JSON; site ``k`` owns traces ``7k .. 7k+6``).
+    jobs : widgets.sortable_table.SortableTable
+        The jobs pending and running at the chosen time, every site (:func:`lab.hpc.views.jobs_from_replay`).
     views : dict
-        Per site name, its ``stats`` and ``table`` HTML widgets and its ``replay``.
+        Per site name, its ``stats`` HTML widget and its ``replay``.
 
     Raises
     ------
@@ -193,10 +199,10 @@ class QueueDashboard(W.VBox):
         *,
         points: int = 720,
         window_s: float = 7 * _DAY,
-        top: int = 10,
+        top: int = 25,
         step_hours: int = 6,
         start_day: float = 30.0,
-        width: int = 380,
+        width: int | None = None,
     ):
         named = list(sites.items()) if isinstance(sites, Mapping) else [(getattr(r, "name", repr(r)), r) for r in sites]
         if not named:
@@ -213,47 +219,57 @@ class QueueDashboard(W.VBox):
                 raise ValueError(f"{what} must be an integer >= {least}, not {value!r}")
         if not window_s > 0:
             raise ValueError(f"window_s must be positive seconds, not {window_s!r}")
+        if width is not None and (int(width) != width or width < 100):
+            raise ValueError(f"width must be an integer number of pixels >= 100 (or None to fit the output area), not {width!r}")
         replays = [replay for _, replay in named]
         max_hours = int(math.ceil(max(r.span for r in replays) / _HOUR))
         start = min(int(start_day * 24), max_hours)
         start -= start % step_hours
 
-        self.views = {name: _SiteView(name, r, k, window_s=window_s, top=top, width=width) for k, (name, r) in enumerate(named)}
         n = len(replays)
+        self.top = int(top)
+        self.views = {name: _SiteView(name, r, k, n, window_s=window_s, top=top) for k, (name, r) in enumerate(named)}
         titles = ["jobs pending / running"] * n + ["busy processors"] * n + [f"wait of jobs started in the last {window_s / _DAY:g} d"] * n
-        fig = make_subplots(rows=3, cols=n, vertical_spacing=0.1, horizontal_spacing=0.06, subplot_titles=titles)
-        # The figure is built in its initial state: changes made before a FigureWidget is displayed never reach the page.
+        fig = make_subplots(rows=3, cols=n, vertical_spacing=0.1, horizontal_spacing=0.24 / max(n, 2), subplot_titles=titles)
         for view in self.views.values():
-            view.add_traces(fig, start * _HOUR, points)
+            view.add_traces(fig, points)
         fig.update_layout(
             height=640,
-            width=width * n,
             margin=dict(l=64, r=10, t=70, b=40),
             legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0),
             uirevision="keep",
+            hovermode="closest",
         )
-        self.figure = go.FigureWidget(fig)
+        if width is not None:
+            fig.update_layout(width=int(width) * n)
+        self._base = json.loads(pio.to_json(fig, validate=False))  # plain JSON: lists, not numpy arrays
+        self._base["layout"].pop("template", None)  # plotly.js's own defaults are the same look, and far smaller
+        self.chart = LiveChart()
+        self.chart.layout.width = "100%"
+        self.jobs = SortableTable(max_height=360)
 
         # The slider counts hours (its step is step_hours); its readout is the clock beside it, in days.
         self.slider = W.IntSlider(
             value=start, min=0, max=max_hours, step=step_hours, description="time", readout=False, continuous_update=False,
-            layout=W.Layout(width="60%"),
+            layout=W.Layout(flex="1 1 auto", min_width="120px"),
         )
         self.play = W.Play(value=start, min=0, max=max_hours, step=step_hours, interval=400, description="play")
         W.jslink((self.play, "value"), (self.slider, "value"))
-        self.clock = W.HTML()
-        self._show_clock(start)
+        self.clock = W.HTML(layout=W.Layout(flex="0 0 auto"))
         self.slider.observe(self._on_time, names="value")
         views = list(self.views.values())
+        row = W.Layout(width="100%")
+        header_row = W.HBox([v.header for v in views], layout=row) if width is None else W.HBox(
+            [v.header for v in views], layout=W.Layout(width=f"{int(width) * n}px", max_width="100%"))
+        if width is not None:
+            self.chart.layout.width = f"{int(width) * n}px"
+            self.chart.layout.max_width = "100%"
         super().__init__(
-            [
-                W.HBox([self.play, self.slider, self.clock]),
-                W.HBox([v.header for v in views]),
-                self.figure,
-                W.HBox([v.footer for v in views]),
-            ],
-            layout=W.Layout(overflow="auto"),
+            [W.HBox([self.play, self.slider, self.clock], layout=row), header_row, self.chart, self.jobs],
+            layout=W.Layout(width="100%", max_width="100%"),
         )
+        self.add_class("lab-queue-dashboard")
+        self._move(start)
 
     @staticmethod
     def live(db, sites, **kwargs):
@@ -269,11 +285,27 @@ class QueueDashboard(W.VBox):
         return self.slider.value * _HOUR
 
     def _on_time(self, change) -> None:
-        hours = change["new"]
-        self._show_clock(hours)
-        with self.figure.batch_update():
-            for view in self.views.values():
-                view.move(self.figure, hours * _HOUR)
+        self._move(change["new"])
 
-    def _show_clock(self, hours: int) -> None:
+    def _move(self, hours: int) -> None:
+        elapsed = hours * _HOUR
+        data = list(self._base["data"])
+        layout = {**self._base["layout"], "shapes": list(self._base["layout"]["shapes"]),
+                  "annotations": list(self._base["layout"].get("annotations", []))}
+        rows, pending, running, shown_pending, shown_running = [], 0, 0, 0, 0
+        for view in self.views.values():
+            snap = view.place(data, layout, elapsed)
+            site_rows = jobs_from_replay(view.replay, view.replay.first_submit + elapsed, limit=self.top, site=view.name)
+            rows += site_rows
+            pending, running = pending + snap.pending, running + snap.running
+            shown_pending += sum(r.state.value == "pending" for r in site_rows)
+            shown_running += sum(r.state.value == "running" for r in site_rows)
+        self.chart.figure = {"data": data, "layout": layout}
+        ended = all(view.replay.first_submit + elapsed >= view.replay.last_end for view in self.views.values())
+        empty = ("no job pending or running: every trace has ended by this time" if ended
+                 else "no job pending or running on any site at this time")
+        caption = (f"jobs at day {hours / 24:.2f}: {shown_pending:,} of {pending:,} pending (the {self.top} longest-waiting per site), "
+                   f"{shown_running:,} of {running:,} running (the {self.top} earliest-started per site); "
+                   "start: the one the trace recorded. Click a header to sort.")
+        self.jobs.show(job_table(rows, dated=True, reasons=False, empty=empty, caption=caption))
         self.clock.value = f"day <b>{hours / 24:.2f}</b> of each trace"

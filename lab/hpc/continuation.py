@@ -281,7 +281,9 @@ class ContinuationService:
         Seconds between polls of the watched jobs and transfers.
     queue_every_s : float or None
         Seconds between ``site.queue`` events (each site's pending and running jobs, idle and
-        total CPUs), written only when the queue changed or ``heartbeat_s`` passed; None: off.
+        total CPUs, and its active jobs as :class:`~lab.hpc.schedulers.base.JobStatus` JSON under
+        ``jobs``), written only when the queue changed (counts, a job's state or estimated start) or
+        ``heartbeat_s`` passed; None: off.
         Live dashboards read them.
     """
 
@@ -325,10 +327,13 @@ class ContinuationService:
                 appended += self._mark(site, False, str(exc))
                 continue
             appended += self._mark(site, True)
-            state = (q.pending, q.running, q.idle_cpus, q.total_cpus)
+            # a job starting, ending or getting a new estimated start is a change too
+            jobs = tuple((j.job_id, j.state.value, j.start_time) for j in q.jobs)
+            state = (q.pending, q.running, q.idle_cpus, q.total_cpus, jobs)
             last = self._last_queue.get(site)
             if last is None or last[0] != state or now - last[1] >= self.heartbeat_s:
-                payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time}
+                payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time,
+                           "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs]}
                 appended.append(self.log.append(site, "site.queue", site, payload, at=q.time))
                 self._last_queue[site] = (state, now)
         return appended

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.events import Event, EventLog
+from lab.hpc.schedulers.base import JobStatus, SiteQueue
+from lab.hpc.views import JobRow, default_order, jobs_from_queue
 
 __all__ = ["LiveSites", "SiteSeries", "SiteState"]
 
@@ -47,6 +49,7 @@ class SiteSeries:
     total_cpus: int | None = None
     available: bool = True
     error: str | None = None
+    jobs: list[JobStatus] = field(default_factory=list)  # the active jobs of the newest sample
 
 
 class LiveSites:
@@ -92,6 +95,30 @@ class LiveSites:
             return SiteState("unavailable", age, stale_after_s)
         return SiteState("stale" if age > stale_after_s else "live", age, stale_after_s)
 
+    def jobs(self, now: float, names: list[str] | None = None) -> tuple[list[JobRow], dict[str, str]]:
+        """Every active job of the newest sample of each site (``names``, default all), as typed rows.
+
+        Returns ``(rows, stale)``: ``rows`` from :func:`lab.hpc.views.jobs_from_queue`, pending first,
+        longest-waiting first; a live site's waits are counted to ``now``, a stale or unavailable one's to
+        its newest sample (they are at least that long); ``stale`` maps each such site to a note for the
+        table (``"stale: no sample for 58 s"``). A pending Slurm job's start is the backfill's estimate from
+        ``squeue --json``, the value ``squeue --start`` prints.
+        """
+        rows: list[JobRow] = []
+        stale: dict[str, str] = {}
+        for name in self.sites if names is None else names:
+            s = self.sites.get(name)
+            if s is None or not s.time:
+                continue
+            st = self.state(name, now)
+            live = st.state == "live"
+            if not live:
+                stale[name] = "unavailable" if st.state == "unavailable" else f"stale: no sample for {st.age_s:,.0f} s"
+            q = SiteQueue(site=name, time=s.time[-1], pending=s.pending[-1], running=s.running[-1], total_cpus=s.total_cpus or 0,
+                          idle_cpus=(s.total_cpus or 0) - s.busy_cpus[-1], jobs=s.jobs)
+            rows += jobs_from_queue(q, now=now if live else None)
+        return sorted(rows, key=default_order), stale
+
     def _fold(self, event: Event) -> None:
         kind, p = event.kind, event.payload
         if kind == "site.queue":
@@ -101,6 +128,7 @@ class LiveSites:
             s.running.append(p["running"])
             s.total_cpus = p["total_cpus"]
             s.busy_cpus.append(p["total_cpus"] - p["idle_cpus"])
+            s.jobs = [JobStatus.model_validate(j) for j in p.get("jobs", [])]
             s.available, s.error = True, None
         elif kind in ("site.unavailable", "site.available"):
             s = self.sites.setdefault(event.key, SiteSeries())

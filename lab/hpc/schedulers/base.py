@@ -71,6 +71,7 @@ class JobStatus(BaseModel):
     exit_code: int | None = None
     cpus: int | None = None
     nodes: int | None = None
+    time_limit_s: int | None = None  # the walltime asked for, seconds (None: unknown or unlimited)
 
 
 class SiteQueue(BaseModel):

@@ -311,6 +311,7 @@ class LocalScheduler(Scheduler):
             exit_code=job.exit_code if job.state in TERMINAL_STATES else None,
             cpus=job.cpus,
             nodes=1,
+            time_limit_s=job.spec.walltime_s,
         )
 
     def _loop(self) -> None:

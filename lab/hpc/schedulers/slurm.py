@@ -134,6 +134,14 @@ def _num(value) -> int | None:
     return int(value) if value is not None else None
 
 
+def _time_limit_s(value) -> int | None:
+    """squeue's ``time_limit`` (minutes; ``{"infinite": true}`` or NO_VAL when unlimited) in seconds."""
+    if isinstance(value, dict) and value.get("infinite"):
+        return None
+    minutes = _num(value)
+    return None if minutes is None or minutes >= 0xFFFFFFFE else minutes * 60
+
+
 def _epoch(value) -> float | None:
     n = _num(value)
     return float(n) if n else None
@@ -279,6 +287,7 @@ class SlurmScheduler(Scheduler):
             exit_code=wait_status_exit_code(raw_exit) if ended and not never_ran and raw_exit is not None else None,
             cpus=_num(j.get("cpus")),
             nodes=_num(j.get("node_count")),
+            time_limit_s=_time_limit_s(j.get("time_limit")),
         )
 
     def jobcomp_path(self) -> Path | None:
