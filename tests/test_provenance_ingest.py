@@ -44,7 +44,7 @@ def test_one_trajectory_by_hand(trajectories):
     g = ProvenanceGraph()
     report = ingest_taubench(g, runs=[82])
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 10, "claims": 4, "actions": 1, "memories": 0, "versions": 0, "edges": 30, "unsupported": 0,
+        "runs": 1, "agents": 2, "sources": 10, "claims": 4, "actions": 1, "memories": 0, "versions": 0, "edges": 30, "steps": 0, "unsupported": 0,
         "run_ids": [RUN], "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert _types(g) == {"agent": 2, "source": 10, "claim": 4, "action": 1}
@@ -151,11 +151,11 @@ def test_spans_fixture():
     g = ProvenanceGraph()
     report = ingest_spans(g, SPANS)
     assert report.model_dump() == {
-        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "versions": 0, "edges": 15, "unsupported": 0, "run_ids": ["t1"],
+        "runs": 1, "agents": 2, "sources": 4, "claims": 1, "actions": 1, "memories": 2, "versions": 0, "edges": 17, "steps": 2, "unsupported": 0, "run_ids": ["t1"],
         "extended": 0, "extended_ids": [], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
-    assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1, "memory": 2}
-    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 8, "supports": 2, "used": 1, "generated": 1, "derived_from": 2}
+    assert _types(g) == {"agent": 2, "source": 4, "claim": 1, "action": 1 + 2, "memory": 2}  # a write and two generic steps
+    assert _relations(g) == {"acted_on_behalf_of": 1, "attributed_to": 10, "supports": 2, "used": 1, "generated": 1, "derived_from": 2}
     assert g.edges(src="t1/s2", relation="acted_on_behalf_of")[0].dst == "t1/s1"
     # the LLM put doc-17 and the memory in its prompt, not doc-42 nor the CHAIN output: a claim supported by both
     assert {e.src for e in g.edges(dst="t1/s6/claim", relation="supports")} == {"t1/s3/doc0", "t1/memory/mem-7"}
@@ -165,7 +165,15 @@ def test_spans_fixture():
     assert {e.dst for e in g.edges(src="t1/memory/mem-8", relation="derived_from")} == {"t1/s7/output", "t1/s8/output"}
     assert g.node("t1/memory/mem-8").owner == "t1/s1" and g.node("t1/s6/claim").owner == "t1/s2"
     assert g.node("t1/s3/doc0").time == 1740823202.0  # 2025-03-01T10:00:02Z
-    assert "t1/s10/claim" not in g  # ungrounded LLM output
+    assert "t1/s10/claim" not in g  # ungrounded LLM output: no claim, a generic step
+    steps = {n.id: (n.text, n.attributes["span_kind"], n.attributes["write"]) for n in g.nodes("action") if n.attributes["write"] is False}
+    assert steps == {"t1/s5": ("CHAIN format_prompt", "CHAIN", False), "t1/s10": ("LLM ChatCompletion", "LLM", False)}
+    assert g.node("t1/s10").attributes["output"] == "Goodbye!" and g.node("t1/s10").owner == "t1/s1"
+    # attributes the mapping does not use are kept on the node
+    assert g.node("t1/s1").attributes["span_attributes"] == {"graph.node.id": "support_agent", "user.id": "u-42"}
+    assert g.node("t1/s1").attributes["end_time"] == 1740823209.0
+    assert g.node("t1/s7/output").attributes["span_attributes"] == {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order", "gen_ai.tool.call.id": "call_1", "gen_ai.tool.type": "function"}
 
 
 def test_spans_malformed_is_all_or_nothing(tmp_path):
@@ -206,7 +214,7 @@ def test_readme_snippet_runs_twice_in_the_same_folder(tmp_path):
     assert (first.runs, first.present, first.already_present) == (200, 0, False)
     assert again.already_present and (again.present, again.present_ids) == (200, first.run_ids)
     assert again.model_dump(exclude={"present", "present_ids", "already_present"}) == {
-        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "versions": 0, "edges": 0, "unsupported": 0, "run_ids": [],
+        "runs": 0, "agents": 0, "sources": 0, "claims": 0, "actions": 0, "memories": 0, "versions": 0, "edges": 0, "steps": 0, "unsupported": 0, "run_ids": [],
         "extended": 0, "extended_ids": [], "empty": 0, "empty_ids": [],
     }
     assert _snapshot(graph) == before and (len(graph), len(graph.edges())) == (3935, 5883)
@@ -351,7 +359,7 @@ def test_spans_grown_export_is_extended(tmp_path):
     graph = ProvenanceGraph(tmp_path / "runs.db")
     report = ingest_spans(graph, grown)
     assert report.model_dump() == {
-        "runs": 0, "agents": 0, "sources": 0, "claims": 1, "actions": 0, "memories": 0, "versions": 2, "edges": 2, "unsupported": 0, "run_ids": [],
+        "runs": 0, "agents": 0, "sources": 0, "claims": 1, "actions": 0, "memories": 0, "versions": 2, "edges": 2, "steps": 0, "unsupported": 0, "run_ids": [],
         "extended": 1, "extended_ids": ["t1"], "present": 0, "present_ids": [], "empty": 0, "empty_ids": [], "already_present": False,
     }
     assert [r for _, r, _ in graph.history("t1/memory/mem-7")] == ["created", "update_memory span s11"]
@@ -378,17 +386,19 @@ def test_spans_grown_export_with_other_content_is_an_error(tmp_path):
     assert _snapshot(graph) == before
 
 
-def test_spans_run_with_nothing_to_write_is_empty():
+def test_spans_chain_only_trace_is_kept_as_steps():
+    # (was test_spans_run_with_nothing_to_write_is_empty: a CHAIN span added nothing) every span is kept, a CHAIN as a
+    # generic step; re-ingesting it is a no-op like any other run
     chain = [{"name": "format", "context": {"trace_id": "t2", "span_id": "c1"}, "start_time": 1, "attributes": {"openinference.span.kind": "CHAIN"}}]
     graph = ProvenanceGraph()
     first = ingest_spans(graph, chain)
-    assert (first.empty, first.empty_ids, first.present, first.runs, first.already_present) == (1, ["t2"], 0, 0, False)
-    assert len(graph) == 0
+    assert (first.runs, first.run_ids, first.steps, first.actions, first.empty, first.already_present) == (1, ["t2"], 1, 0, 0, False)
+    assert graph.node("t2/c1").attributes["span_kind"] == "CHAIN" and graph.node("t2/c1").type == NodeType.ACTION
     both = json.loads(SPANS.read_text()) + chain
     mixed = ingest_spans(graph, both)
-    assert (mixed.run_ids, mixed.empty_ids, mixed.present, mixed.already_present) == (["t1"], ["t2"], 0, False)
+    assert (mixed.run_ids, mixed.present_ids, mixed.empty, mixed.already_present) == (["t1"], ["t2"], 0, False)
     again = ingest_spans(graph, both)
-    assert (again.present_ids, again.empty_ids, again.already_present) == (["t1"], ["t2"], True)
+    assert (again.present_ids, again.already_present) == (["t2", "t1"], True)  # in start order
 
 
 def test_spans_split_over_two_exports(tmp_path):

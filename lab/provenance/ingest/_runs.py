@@ -129,7 +129,8 @@ class IngestReport(BaseModel):
     * ``present`` (``present_ids``): runs whose every planned write was found stored: nothing of them was written;
     * ``empty`` (``empty_ids``): runs with nothing to write (a trace of CHAIN spans only).
 
-    ``agents`` ... ``memories``: the nodes, by type, actually added (by new and extended runs); ``versions``: the
+    ``agents`` ... ``memories``: the nodes, by type, actually added (by new and extended runs; ``actions``: writes,
+    ``steps``: the generic steps of a span export, action nodes with ``attributes["write"] = False``); ``versions``: the
     node versions written (memory updates and deletes); ``edges``: the edges added. ``already_present``: nothing
     at all was written and some run was found stored (re-running an ingest into the same graph). ``unsupported``:
     the write actions added without any lineage path (flagged ``attributes["unsupported"]``).
@@ -144,6 +145,7 @@ class IngestReport(BaseModel):
     memories: int = 0
     versions: int = 0
     edges: int = 0
+    steps: int = 0
     unsupported: int = 0
     run_ids: list[str] = Field(default_factory=list)
     extended_ids: list[str] = Field(default_factory=list)
@@ -164,6 +166,8 @@ class IngestReport(BaseModel):
         getattr(self, ids).append(run)
         for w in written:
             field = _TYPE_FIELD[w.type] if isinstance(w, Node) else "edges" if isinstance(w, Edge) else "versions"
+            if isinstance(w, Node) and w.type == NodeType.ACTION and w.attributes.get("write") is False:
+                field = "steps"  # a generic step (OpenInference CHAIN, EMBEDDING, ...), not a write
             setattr(self, field, getattr(self, field) + 1)
             if isinstance(w, Node) and w.type == NodeType.ACTION and w.attributes.get("unsupported"):
                 self.unsupported += 1
