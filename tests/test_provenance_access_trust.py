@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lab.provenance import Edge, Node, ProvenanceGraph
 from lab.provenance.access import AccessError, AccessPolicy
+from lab.provenance.graph import LINEAGE
+from lab.provenance.lineage import CARRYING
 from lab.provenance.trust import (
     TrustError,
     independent_support_set,
@@ -80,10 +83,15 @@ def test_revocation_and_eligible():
     pol.revoke_source("s1", "license withdrawn")
     node = g.node("s1")
     assert node.valid is False and node.attributes["revoked"] is True and node.attributes["revoked_reason"] == "license withdrawn"
-    assert pol.revoked("x1") and pol.revoked("s1") and not pol.revoked("s2")
+    # m1 derives from s1: revoked with it; c1 is supported by m1 and, independently, by s2: it stays (and x1 on it)
+    assert pol.revoked("m1") and pol.revoked("s1") and not pol.revoked("s2") and not pol.revoked("c1") and not pol.revoked("x1")
     ok, excluded = pol.eligible("bob", ["x1", "m1", "s2", "c1"])
-    assert ok == ["s2"]
-    assert excluded["m1"] == "revoked: ancestor 's1' is revoked"
+    assert ok == ["x1", "s2", "c1"]
+    assert excluded == {"m1": "revoked: ancestor 's1' is revoked"}
+    pol.revoke_source("s2", "withdrawn too")  # now every support of c1 is revoked: c1 goes, and x1, which used it
+    ok, excluded = pol.eligible("bob", ["x1", "m1", "s2", "c1"])
+    assert ok == [] and excluded["c1"] == "revoked: ancestor 's1' is revoked"
+    assert excluded["x1"] == "revoked: ancestor 's1' is revoked"
     assert pol.can_read("bob", "s1") == (False, "revoked: it is revoked")
 
 
@@ -237,9 +245,30 @@ def test_revocation_is_immediate(case):
     assert before == ids  # everything readable with all scopes
     pol.revoke_source("n0", "poisoned")
     ok, excluded = pol.eligible("agent", ids)
-    affected = g.descendants("n0") | {"n0"}
+    affected = reference_revoked(g, {"n0"})
     assert set(excluded) == affected and set(ok) == set(ids) - affected
+    assert affected <= g.descendants("n0") | {"n0"}
     assert all(r.startswith("revoked") for r in excluded.values())
+
+
+def reference_revoked(g: ProvenanceGraph, revoked: set[str]) -> set[str]:
+    """Revocation by its definition, over networkx: a node is revoked if it is revoked itself, if a parent
+    reached through a carrying relation is, or if it has lineage parents and every one of them is."""
+    lineage = nx.DiGraph()
+    lineage.add_nodes_from(n.id for n in g.nodes())
+    into: dict[str, list[tuple[str, str]]] = {n: [] for n in lineage}
+    for e in g.edges():
+        side = LINEAGE.get(e.relation)
+        if side is not None:
+            parent, child = (e.dst, e.src) if side == "dst" else (e.src, e.dst)
+            lineage.add_edge(parent, child)
+            into[child].append((parent, e.relation.value))
+    out: set[str] = set()
+    for n in nx.topological_sort(lineage):
+        ins = into[n]
+        if n in revoked or any(p in out and rel in CARRYING for p, rel in ins) or (ins and all(p in out for p, _ in ins)):
+            out.add(n)
+    return out
 
 
 @FAST

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.provenance import Difference, DuplicateNodeError, Edge, GraphIntegrityError, Node, ProvenanceGraph, UnknownNodeError
+from lab.provenance.errors import LineageCycleError
 
 
 def small(path=":memory:") -> ProvenanceGraph:
@@ -113,9 +114,12 @@ def test_recursive_queries_match_networkx(pairs):
     g = ProvenanceGraph()
     g.add_nodes([Node(id=f"n{i}", type="memory") for i in range(12)])
     for a, b in pairs:
-        if a != b:
+        try:
             g.add_edge(Edge(src=f"n{a}", dst=f"n{b}", relation="derived_from"))  # n{a} derives from n{b}
+        except LineageCycleError as exc:  # refused: n{b} derives from n{a} already; the cycle is named
+            assert exc.cycle[0] == f"n{a}" and exc.cycle[-1] == f"n{b}" and (a == b or f"n{a}" in g.ancestors(f"n{b}"))
     ref = g.to_networkx(lineage_only=True)
+    assert nx.is_directed_acyclic_graph(ref)
     for i in range(12):
         assert g.ancestors(f"n{i}") == nx.ancestors(ref, f"n{i}") - {f"n{i}"}
         assert g.descendants(f"n{i}") == nx.descendants(ref, f"n{i}") - {f"n{i}"}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab.provenance import Edge, Node, ProvenanceGraph
+from lab.provenance import Edge, GraphIntegrityError, Node, ProvenanceGraph
 from lab.provenance.access import AccessPolicy
 from lab.provenance.lineage import propagate
 
@@ -26,6 +26,7 @@ def assert_index_exact(g: ProvenanceGraph) -> None:
         assert inh.labels == scratch[i].labels, i  # same labels and the same carrier per label
         assert inh.revoked_by == scratch[i].revoked_by, i
         assert inh.path_trust == pytest.approx(scratch[i].path_trust, abs=1e-12), i
+        assert inh.invalidated_by == scratch[i].invalidated_by and inh.rederive == scratch[i].rederive, i
 
 
 def test_hand_built_chain_updates_on_every_write():
@@ -56,12 +57,20 @@ def test_reads_inside_a_transaction_see_its_writes_and_rollback_restores():
     assert_index_exact(g)
 
 
-def test_cycle_shares_one_result():
-    g = ProvenanceGraph()
-    g.add_nodes([Node(id="a", type="memory", labels=frozenset({"x"})), Node(id="b", type="memory"), Node(id="s", type="source", trust=0.6)])
-    g.add_edges([Edge(src="a", dst="b", relation="derived_from"), Edge(src="b", dst="a", relation="derived_from"), Edge(src="b", dst="s", relation="derived_from")])
-    assert_index_exact(g)
-    assert g.indexed(["b"])["b"][1].labels == {"x": "a"}
+def test_cycle_in_a_store_written_before_cycles_were_refused_shares_one_result(tmp_path):
+    path = str(tmp_path / "old.sqlite")
+    with ProvenanceGraph(path) as g:
+        g.add_nodes([Node(id="a", type="memory", labels=frozenset({"x"})), Node(id="b", type="memory"), Node(id="s", type="source", trust=0.6)])
+        g.add_edges([Edge(src="a", dst="b", relation="derived_from"), Edge(src="b", dst="s", relation="derived_from")])
+    con = sqlite3.connect(path)  # b derived from a, as an old store could hold: written behind the graph's back
+    con.execute("INSERT INTO edges(src, dst, relation, time, attributes) VALUES ('b', 'a', 'derived_from', 0, '{}')")
+    con.execute("INSERT INTO lineage(child, parent, relation) VALUES ('b', 'a', 'derived_from')")
+    con.execute("PRAGMA user_version = 0")  # the index is rebuilt on open
+    con.commit()
+    con.close()
+    with ProvenanceGraph(path) as g:
+        assert_index_exact(g)
+        assert g.indexed(["b"])["b"][1].labels == {"x": "a"}
 
 
 def _writer(path: str) -> None:
@@ -102,11 +111,12 @@ def test_store_without_index_is_indexed_on_open(tmp_path):
 _ids = st.sampled_from([f"n{i}" for i in range(8)])
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("edge"), _ids, _ids, st.booleans()),
+        st.tuples(st.just("edge"), _ids, _ids, st.sampled_from(["derived_from", "summarises", "supports"])),
         st.tuples(st.just("trust"), _ids, st.floats(0, 1)),
         st.tuples(st.just("labels"), _ids, st.frozensets(st.sampled_from("abc"), max_size=2)),
         st.tuples(st.just("revoke"), _ids),
         st.tuples(st.just("invalidate"), _ids),
+        st.tuples(st.just("writer"), st.floats(0, 1)),
     ),
     max_size=25,
 )
@@ -116,13 +126,17 @@ _ops = st.lists(
 @given(ops=_ops, batch=st.booleans())
 def test_random_writes_keep_the_index_exact(ops, batch):
     g = ProvenanceGraph()
-    g.add_nodes([Node(id=f"n{i}", type="source" if i < 3 else "memory", trust=0.5 + i / 20) for i in range(8)])
+    g.add_node(Node(id="w", type="agent", trust=0.7))  # owns the odd memories: its trust caps theirs
+    g.add_nodes([Node(id=f"n{i}", type="source" if i < 3 else "memory", trust=0.5 + i / 20, owner="w" if i % 2 else None) for i in range(8)])
 
     def apply():
         for op in ops:
             if op[0] == "edge":
-                _, a, b, _ = op
-                g.add_edge(Edge(src=a, dst=b, relation="derived_from"))  # cycles allowed on purpose
+                _, a, b, relation = op
+                try:
+                    g.add_edge(Edge(src=a, dst=b, relation=relation))
+                except GraphIntegrityError:  # a cycle, or a relation those types do not take: refused, nothing written
+                    pass
             elif op[0] == "trust":
                 g.update_node(op[1], reason="trust", trust=op[2])
             elif op[0] == "labels":
@@ -130,6 +144,8 @@ def test_random_writes_keep_the_index_exact(ops, batch):
             elif op[0] == "revoke":
                 n = g.node(op[1])
                 g.update_node(op[1], reason="revoke", valid=False, attributes={**n.attributes, "revoked": True})
+            elif op[0] == "writer":
+                g.update_node("w", reason="writer trust", trust=op[1])
             else:
                 g.invalidate(op[1])
 

@@ -41,6 +41,7 @@ def full_graph() -> ProvenanceGraph:
             Edge(src="s2", dst="x2", relation="invalidated_by", time=7.0),
             Edge(src="m1", dst="s2", relation="invalidated_by", time=8.0),
             Edge(src="odd id/with:colon %", dst="m1", relation="derived_from"),
+            Edge(src="m1", dst="s2", relation="summarises", time=8.5, writer="bob"),  # bob owns m1 and may read s2
         ]
     )
     return g
@@ -104,6 +105,8 @@ def test_run_filter_and_errors(tmp_path):
     assert ids == {"bob", "s1", "s2", "m1", "x1"}
     back = from_prov(doc)
     assert {(e.src, e.relation.value, e.dst) for e in back.edges()} == {
-        ("m1", "derived_from", "s1"), ("m1", "supports", "x1"), ("x1", "used", "m1"), ("m1", "invalidated_by", "s2")}
+        ("m1", "derived_from", "s1"), ("m1", "supports", "x1"), ("x1", "used", "m1"), ("m1", "invalidated_by", "s2"),
+        ("m1", "summarises", "s2")}
+    assert [e.writer for e in back.edges(relation="summarises")] == ["bob"] and {e.writer for e in back.edges(relation="used")} == {None}
     with pytest.raises(ProvExportError, match="unsupported format"):
         write_prov(g, tmp_path / "x.ttl", format="turtle")

@@ -19,15 +19,11 @@ from functools import cache
 
 import numpy as np
 
-from lab.provenance.errors import ProvenanceError
+from lab.provenance.errors import ScorerUnavailable  # defined in errors.py; importable from here as before
 
 __all__ = ["ScorerUnavailable", "MiniLMScorer", "BM25Scorer", "make_scorer"]
 
 _TOKEN = re.compile(r"[a-z0-9]+")
-
-
-class ScorerUnavailable(ProvenanceError):
-    """The requested similarity model is not installed."""
 
 
 def _tokens(text: str) -> list[str]:

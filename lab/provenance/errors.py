@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from lab import LabError
 
-__all__ = ["ProvenanceError", "UnknownNodeError", "DuplicateNodeError", "ContentConflictError", "GraphIntegrityError", "IngestError"]
+__all__ = [
+    "ProvenanceError",
+    "UnknownNodeError",
+    "DuplicateNodeError",
+    "ContentConflictError",
+    "GraphIntegrityError",
+    "LineageCycleError",
+    "IngestError",
+    "AccessError",
+    "TrustError",
+    "ProvExportError",
+    "ScorerUnavailable",
+]
 
 
 class ProvenanceError(LabError):
@@ -38,7 +50,26 @@ class ContentConflictError(DuplicateNodeError):
 
 
 class GraphIntegrityError(ProvenanceError, ValueError):
-    """An edge whose endpoints are missing, or a relation between node types it does not allow."""
+    """An edge the graph refuses: an endpoint is missing, the relation does not join those node types, or its
+    writer may not write it (not an agent, not the owner of the record the edge adds lineage to, or unable to
+    read the record it derives from); see :meth:`~lab.provenance.graph.ProvenanceGraph.add_edge`."""
+
+
+class LineageCycleError(GraphIntegrityError):
+    """A lineage edge that would close a derivation cycle (the lineage must stay acyclic).
+
+    Attributes
+    ----------
+    cycle : list of str
+        The cycle's node ids, starting at the edge's child and following lineage down to its parent
+        (``cycle[0]`` derives from ``cycle[-1]`` through the refused edge).
+    edge : str
+        The refused edge's key, ``"src -relation-> dst"``.
+    """
+
+    def __init__(self, reason: str, *, cycle: list[str], edge: str):
+        self.cycle, self.edge = list(cycle), edge
+        super().__init__(reason)
 
 
 class IngestError(ProvenanceError, ValueError):
@@ -50,3 +81,23 @@ class IngestError(ProvenanceError, ValueError):
         if path:
             where += f" at {path}"
         super().__init__(f"{where}: {reason}")
+
+
+class AccessError(ProvenanceError, ValueError):
+    """An access-policy call on the wrong kind of node (e.g. granting a scope to a non-agent,
+    revoking something that is not a source); :mod:`lab.provenance.access`."""
+
+
+class TrustError(ProvenanceError, ValueError):
+    """A trust query that cannot be answered as asked (unknown mode, too many mutually dependent
+    supporters for the exact search); :mod:`lab.provenance.trust`."""
+
+
+class ProvExportError(ProvenanceError, ValueError):
+    """A graph that cannot be written as PROV, or a PROV document that is not a lab graph;
+    :mod:`lab.provenance.prov_export`."""
+
+
+class ScorerUnavailable(ProvenanceError):
+    """The requested similarity scorer cannot be loaded (e.g. the MiniLM package is not installed);
+    :mod:`lab.provenance.embed` never falls back to another scorer silently."""

@@ -1,20 +1,26 @@
 """The typed execution graph of agent runs (execution provenance), stored in SQLite.
 
 Nodes are **agents** (principals), **sources** (tool results, documents), **memories**,
-**claims** and **actions**; edges carry one of seven relations, read as
+**claims** and **actions**; edges carry one of eight relations, read as
 ``src <relation> dst``:
 
-==================== =================================================== ===================
-relation             meaning                                             lineage (ancestor)
-==================== =================================================== ===================
-``derived_from``     a memory/claim was derived from a source/memory      ``dst``
-``supports``         evidence supports a claim or an action               ``src``
-``used``             an action used a record                              ``dst``
-``generated``        an action generated a record                         ``src``
-``attributed_to``    a record is attributed to an agent                   (none)
-``acted_on_behalf_of`` an agent acted for another                         (none)
-``invalidated_by``   a record was invalidated by an action or record      (none)
-==================== =================================================== ===================
+====================== ================================================= ============ ==============
+relation               meaning                                           lineage      carries
+                                                                         (ancestor)   revocation
+====================== ================================================= ============ ==============
+``derived_from``       a memory/claim was derived from a source/memory   ``dst``      yes
+``summarises``         a memory/claim summarises a record                ``dst``      yes
+``supports``           evidence supports a claim or an action            ``src``      no
+``used``               an action used a record                           ``dst``      yes
+``generated``          an action generated a record                      ``src``      yes
+``attributed_to``      a record is attributed to an agent                (none)
+``acted_on_behalf_of`` an agent acted for another                        (none)
+``invalidated_by``     a record was invalidated by an action or record   (none)
+====================== ================================================= ============ ==============
+
+*Carries revocation*: a record holding content of a revoked record through such an edge is revoked
+with it; a ``supports`` edge is a justification, and a claim keeps standing while one of its supports
+survives (:mod:`lab.provenance.lineage` defines revocation, invalidation and re-derivation exactly).
 
 (the execution-provenance survey's relations, arXiv 2608, and MAP-Graph's lineage edges;
 W3C PROV-DM's ``wasDerivedFrom``, ``used``, ``wasGeneratedBy``, ``wasAttributedTo``,
@@ -29,8 +35,15 @@ descendants are recomputed from their ancestor closure just before COMMIT. A rea
 (:meth:`ProvenanceGraph.indexed`) therefore costs O(candidates) and is never stale, even when
 another process wrote the graph.
 
-Every node carries its time (epoch seconds), owner agent, permission ``labels``
-(scopes that may read it; empty = public), ``trust`` in [0, 1] and validity. The store
+Every node carries its time (epoch seconds), owner agent (its **writer**), permission ``labels``
+(scopes that may read it; empty = public), ``trust`` in [0, 1] and validity. Every edge records its
+writer too: ``None`` for the recorder (an ingest replaying a trace, the runtime logging what happened),
+or the agent that wrote it through the API, which may add lineage only to records it owns and only
+from records it can read (:meth:`ProvenanceGraph.add_edge`). The graph does not authenticate its
+callers: the code that writes on an agent's behalf names the agent. A record's path trust is capped by
+its owner's trust and by its edges' writers' trust (:mod:`lab.provenance.lineage`), so an untrusted
+writer cannot lend a record more trust than it has itself. The lineage is kept **acyclic**: an edge
+that would close a derivation cycle is refused (:class:`~lab.provenance.errors.LineageCycleError`). The store
 is **append-only**: a change to a node writes a new version (:meth:`ProvenanceGraph.history`
 lists them), edges are never removed, and SQLite triggers refuse updates or deletes of
 history. One SQLite file per store (WAL); :meth:`ProvenanceGraph.transaction` makes a
@@ -50,15 +63,23 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, UnknownNodeError
-from lab.provenance.lineage import Inherited, LineageClosure, propagate
+from lab.provenance.errors import DuplicateNodeError, GraphIntegrityError, LineageCycleError, UnknownNodeError
+from lab.provenance.lineage import Inherited, LineageClosure, factor, principal_scopes, propagate, read_decision
 
 __all__ = ["NodeType", "Relation", "LINEAGE", "Node", "Edge", "Difference", "ProvenanceGraph"]
 
 
 class NodeType(str, Enum):
+    """The kind of a node (MAP-Graph's typed execution graph).
+
+    ``AGENT``: a principal (an assistant, a user, a tool acting as one); holds scopes, owns records.
+    ``SOURCE``: a tool result, document or user message, the evidence everything else rests on.
+    ``MEMORY``: a stored record an agent wrote (a note, a summary). ``CLAIM``: an assertion an agent
+    made (an assistant message). ``ACTION``: a tool call with effects, the thing the gate decides on.
+    """
+
     AGENT = "agent"
     SOURCE = "source"
     MEMORY = "memory"
@@ -67,7 +88,11 @@ class NodeType(str, Enum):
 
 
 class Relation(str, Enum):
+    """The relation of an edge ``src <relation> dst``; the module docstring's table gives each one's
+    meaning, which endpoint is the lineage ancestor (:data:`LINEAGE`) and whether it carries revocation."""
+
     DERIVED_FROM = "derived_from"
+    SUMMARISES = "summarises"
     SUPPORTS = "supports"
     USED = "used"
     GENERATED = "generated"
@@ -77,12 +102,19 @@ class Relation(str, Enum):
 
 
 #: For relations that imply derivation order: which endpoint is the ancestor.
-LINEAGE: dict[Relation, str] = {Relation.DERIVED_FROM: "dst", Relation.USED: "dst", Relation.SUPPORTS: "src", Relation.GENERATED: "src"}
+LINEAGE: dict[Relation, str] = {
+    Relation.DERIVED_FROM: "dst",
+    Relation.SUMMARISES: "dst",
+    Relation.USED: "dst",
+    Relation.SUPPORTS: "src",
+    Relation.GENERATED: "src",
+}
 
 _RECORDS = {NodeType.SOURCE, NodeType.MEMORY, NodeType.CLAIM}
 #: Node types each relation may connect (src types, dst types).
 ALLOWED: dict[Relation, tuple[set[NodeType], set[NodeType]]] = {
     Relation.DERIVED_FROM: ({NodeType.MEMORY, NodeType.CLAIM, NodeType.SOURCE}, _RECORDS),
+    Relation.SUMMARISES: ({NodeType.MEMORY, NodeType.CLAIM}, _RECORDS),
     Relation.SUPPORTS: (_RECORDS, {NodeType.CLAIM, NodeType.ACTION, NodeType.MEMORY}),
     Relation.USED: ({NodeType.ACTION}, _RECORDS),
     Relation.GENERATED: ({NodeType.ACTION}, _RECORDS),
@@ -93,11 +125,37 @@ ALLOWED: dict[Relation, tuple[set[NodeType], set[NodeType]]] = {
 
 
 class Node(BaseModel):
-    """A node of the execution graph.
+    """A node of the execution graph (frozen; a change is a new version, :meth:`ProvenanceGraph.update_node`).
 
-    ``labels``: the scopes allowed to read the record (empty: anyone); ``trust``: the record's own
-    trust in [0, 1] (a source's reliability); ``time``: epoch seconds; ``run``: the agent run it
-    belongs to; ``attributes``: anything else (tool name, arguments, message index...).
+    Parameters
+    ----------
+    id : str
+        Unique, non-empty.
+    type : NodeType
+    text : str
+        What the record says (a tool result, a message, a summary); an action's call.
+    time : float
+        Epoch seconds (tau-bench runs carry message indices instead).
+    owner : str, optional
+        The agent that wrote (and owns) the record. When it is an agent node of the graph, its trust
+        caps the record's path trust (:mod:`lab.provenance.lineage`); ``None``: the recorder's.
+    labels : frozenset of str
+        The scopes a reader needs, all of them (empty: anyone).
+    trust : float
+        The record's own trust in [0, 1] (a source's reliability); an agent's: how far what it writes is trusted.
+    valid : bool
+        ``False`` once invalidated (superseded, deleted).
+    run : str, optional
+        The agent run the node belongs to.
+    attributes : dict
+        Anything else (tool name, arguments, message index, grants ``scopes`` of an agent, ``revoked``...).
+        ``attributes["valid_until"]`` (epoch seconds, a number): the record's validity ends then, after
+        which the action gate treats it as stale for every risk class.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        (a ``ValueError``) naming the field: e.g. a ``trust`` outside [0, 1], a non-numeric ``attributes.valid_until``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -113,9 +171,31 @@ class Node(BaseModel):
     run: str | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("attributes")
+    @classmethod
+    def _valid_until_is_a_time(cls, value: dict[str, Any]) -> dict[str, Any]:
+        until = value.get("valid_until")
+        if until is not None and (isinstance(until, bool) or not isinstance(until, (int, float))):
+            raise ValueError(f"attributes.valid_until must be epoch seconds (a number), got {until!r}")
+        return value
+
 
 class Edge(BaseModel):
-    """``src <relation> dst`` at ``time`` (epoch seconds)."""
+    """``src <relation> dst`` at ``time``, written by ``writer``.
+
+    Parameters
+    ----------
+    src, dst : str
+        Node ids (both must exist when the edge is added).
+    relation : Relation
+    time : float
+        Epoch seconds.
+    writer : str, optional
+        The agent that wrote the edge through the API; :meth:`ProvenanceGraph.add_edge` checks that it may.
+        ``None``: the recorder (an ingest replaying a trace), which vouches for it.
+    attributes : dict
+        Anything else (the tokens a support rests on, the span it came from...).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -123,6 +203,7 @@ class Edge(BaseModel):
     dst: str
     relation: Relation
     time: float = 0.0
+    writer: str | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -180,17 +261,24 @@ CREATE INDEX IF NOT EXISTS nodes_type ON nodes(type);
 CREATE INDEX IF NOT EXISTS nodes_run ON nodes(run);
 CREATE TABLE IF NOT EXISTS edges (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, src TEXT NOT NULL, dst TEXT NOT NULL, relation TEXT NOT NULL,
-    time REAL NOT NULL, attributes TEXT NOT NULL, UNIQUE (src, dst, relation)
+    time REAL NOT NULL, attributes TEXT NOT NULL, writer TEXT, UNIQUE (src, dst, relation)
 );
 CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
 CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
-CREATE TABLE IF NOT EXISTS lineage (child TEXT NOT NULL, parent TEXT NOT NULL, relation TEXT NOT NULL, PRIMARY KEY (child, parent, relation));
+CREATE TABLE IF NOT EXISTS lineage (
+    child TEXT NOT NULL, parent TEXT NOT NULL, relation TEXT NOT NULL, writer TEXT, PRIMARY KEY (child, parent, relation)
+);
 CREATE INDEX IF NOT EXISTS lineage_parent ON lineage(parent);
 CREATE TRIGGER IF NOT EXISTS node_versions_no_update BEFORE UPDATE ON node_versions BEGIN SELECT RAISE(ABORT, 'history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS node_versions_no_delete BEFORE DELETE ON node_versions BEGIN SELECT RAISE(ABORT, 'history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS edges_no_update BEFORE UPDATE ON edges BEGIN SELECT RAISE(ABORT, 'edges are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS edges_no_delete BEFORE DELETE ON edges BEGIN SELECT RAISE(ABORT, 'edges are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS nodes_no_delete BEFORE DELETE ON nodes BEGIN SELECT RAISE(ABORT, 'nodes are never deleted: invalidate them'); END;
+"""
+#: Indexes on columns a store written before edges had writers lacks until :meth:`ProvenanceGraph.__init__` adds them.
+_WRITER_SCHEMA = """
+CREATE INDEX IF NOT EXISTS nodes_owner ON nodes(owner);
+CREATE INDEX IF NOT EXISTS lineage_writer ON lineage(writer);
 """
 
 
@@ -207,10 +295,11 @@ def _node(body: str) -> Node:
 
 
 #: ``PRAGMA user_version`` of a store whose inherited index is complete.
-_INDEX_VERSION = 2
+_INDEX_VERSION = 3
 _INDEX_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS inherited "
-    "(id TEXT PRIMARY KEY, version INTEGER NOT NULL, labels TEXT NOT NULL, revoked_by TEXT, path_trust REAL NOT NULL)"
+    "(id TEXT PRIMARY KEY, version INTEGER NOT NULL, labels TEXT NOT NULL, revoked_by TEXT, path_trust REAL NOT NULL, "
+    "invalidated_by TEXT, rederive TEXT)"
 )
 #: Host parameters per ``IN (...)`` query (SQLite's default limit is 32,766).
 _MAX_VARIABLES = 30_000
@@ -233,6 +322,10 @@ class ProvenanceGraph:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.executescript(_SCHEMA)
+        for table in ("edges", "lineage"):  # a store written before edges had writers: add the column (NULL: the recorder)
+            if "writer" not in {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN writer TEXT")
+        self._conn.executescript(_WRITER_SCHEMA)
         self._depth = 0
         self._cache: dict[tuple[str, int], Node] = {}  # parsed node versions (immutable, so never stale)
         self._labels_cache: dict[str, dict[str, str]] = {}  # inherited.labels text -> parsed
@@ -280,6 +373,16 @@ class ProvenanceGraph:
         """Recompute the inherited rows of the dirty nodes and of everything derived from them."""
         if not self._dirty:
             return
+        agents = [r[0] for r in self._conn.execute("SELECT id FROM nodes WHERE type = 'agent' AND id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(self._dirty)),))]
+        if agents:  # an agent's trust caps what it owns and the edges it wrote: those rows change with it
+            self._dirty.update(
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT id FROM nodes WHERE owner IN (SELECT value FROM json_each(?1)) "
+                    "UNION SELECT child FROM lineage WHERE writer IN (SELECT value FROM json_each(?1))",
+                    (json.dumps(agents),),
+                )
+            )
         dirty = json.dumps(sorted(self._dirty))
         affected = [
             r[0]
@@ -292,8 +395,11 @@ class ProvenanceGraph:
         closure = self.lineage_closure(affected)
         inherited = propagate(closure)
         self._conn.executemany(
-            "INSERT OR REPLACE INTO inherited VALUES (?, ?, ?, ?, ?)",
-            ((i, closure.versions[i], json.dumps(inherited[i].labels), inherited[i].revoked_by, inherited[i].path_trust) for i in affected),
+            "INSERT OR REPLACE INTO inherited VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                (i, closure.versions[i], json.dumps(inh.labels), inh.revoked_by, inh.path_trust, inh.invalidated_by, json.dumps(inh.rederive) if inh.rederive else None)
+                for i, inh in ((i, inherited[i]) for i in affected)
+            ),
         )
         self._dirty.clear()
 
@@ -311,15 +417,35 @@ class ProvenanceGraph:
         return node
 
     def add_nodes(self, nodes: Iterable[Node]) -> None:
+        """Add many nodes in one transaction (all or none); see :meth:`add_node`."""
         with self.transaction():
             for node in nodes:
                 self.add_node(node)
 
-    def add_edge(self, edge: Edge) -> Edge:
-        """Add an edge (idempotent for the same src, dst and relation).
+    def add_edge(self, edge: Edge, *, verify_writer: bool = True) -> Edge:
+        """Add an edge (idempotent for the same src, dst and relation: the first one written is kept).
 
-        Raises :class:`GraphIntegrityError` if an endpoint is missing or the relation does not
-        connect those node types (:data:`ALLOWED`).
+        Parameters
+        ----------
+        edge : Edge
+        verify_writer : bool
+            Check that ``edge.writer`` may write it (below). ``False`` only to restore edges whose writers
+            were checked when they were first written (:func:`lab.provenance.prov_export.from_prov`).
+
+        Returns
+        -------
+        Edge
+            ``edge``.
+
+        Raises
+        ------
+        GraphIntegrityError
+            An endpoint is missing; the relation does not connect those node types (:data:`ALLOWED`); or
+            ``edge.writer`` is set and is not an agent of the graph, does not own the record the edge
+            adds lineage to (the child; for a relation without lineage, ``src``) or cannot read the
+            record it adds as lineage parent (its labels, its revocation: :meth:`AccessPolicy.can_read`).
+        LineageCycleError
+            The edge would close a derivation cycle (its ``cycle`` attribute lists the nodes).
         """
         src, dst = self._type(edge.src), self._type(edge.dst)
         allowed_src, allowed_dst = ALLOWED[edge.relation]
@@ -328,22 +454,62 @@ class ProvenanceGraph:
                 f"{edge.relation.value} cannot connect {src.value} {edge.src!r} to {dst.value} {edge.dst!r} "
                 f"(allowed: {sorted(t.value for t in allowed_src)} -> {sorted(t.value for t in allowed_dst)})"
             )
+        side = LINEAGE.get(edge.relation)
+        parent, child = ((edge.dst, edge.src) if side == "dst" else (edge.src, edge.dst)) if side is not None else (None, None)
         with self.transaction():
+            if edge.writer is not None and verify_writer:
+                self._check_writer(edge, child if child is not None else edge.src, parent)
+            if child is not None:
+                self._check_acyclic(edge, child, parent)
             self._conn.execute(
-                "INSERT OR IGNORE INTO edges(src, dst, relation, time, attributes) VALUES (?, ?, ?, ?, ?)",
-                (edge.src, edge.dst, edge.relation.value, edge.time, json.dumps(edge.attributes, sort_keys=True)),
+                "INSERT OR IGNORE INTO edges(src, dst, relation, time, attributes, writer) VALUES (?, ?, ?, ?, ?, ?)",
+                (edge.src, edge.dst, edge.relation.value, edge.time, json.dumps(edge.attributes, sort_keys=True), edge.writer),
             )
-            side = LINEAGE.get(edge.relation)
-            if side is not None:
-                parent, child = (edge.dst, edge.src) if side == "dst" else (edge.src, edge.dst)
-                if self._conn.execute("INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", (child, parent, edge.relation.value)).rowcount:
+            if child is not None:
+                if self._conn.execute("INSERT OR IGNORE INTO lineage VALUES (?, ?, ?, ?)", (child, parent, edge.relation.value, edge.writer)).rowcount:
                     self._dirty.add(child)
         return edge
 
-    def add_edges(self, edges: Iterable[Edge]) -> None:
+    def _check_writer(self, edge: Edge, subject: str, parent: str | None) -> None:
+        """Refuse an edge its writer may not write (see :meth:`add_edge`)."""
+        row = self._conn.execute("SELECT body FROM nodes WHERE id = ?", (edge.writer,)).fetchone()
+        writer = _node(row[0]) if row else None
+        if writer is None or writer.type != NodeType.AGENT:
+            raise GraphIntegrityError(f"{edge.key}: writer {edge.writer!r} is not an agent of the graph")
+        owner = self.node(subject).owner
+        if subject != edge.writer and owner != edge.writer:
+            hint = "a record without owner takes lineage from the recorder only (writer=None)" if owner is None else "an agent adds lineage only to its own records"
+            raise GraphIntegrityError(f"{edge.key}: writer {edge.writer!r} does not own {subject!r} (owner {owner!r}): {hint}")
+        if parent is not None:
+            ok, why = read_decision(parent, self.indexed([parent])[parent][1], principal_scopes(writer))
+            if not ok:
+                raise GraphIntegrityError(f"{edge.key}: writer {edge.writer!r} cannot read {parent!r}: {why}")
+
+    def _check_acyclic(self, edge: Edge, child: str, parent: str) -> None:
+        """Refuse a lineage edge ``parent -> child`` when ``parent`` already derives from ``child``."""
+        if parent != child:
+            down = (
+                "WITH RECURSIVE down(id) AS (SELECT ?1 UNION SELECT l.child FROM lineage l JOIN down ON l.parent = down.id) "
+            )
+            if self._conn.execute(down + "SELECT 1 FROM down WHERE id = ?2 LIMIT 1", (child, parent)).fetchone() is None:
+                return
+            g = nx.DiGraph()
+            g.add_edges_from(self._conn.execute(down + "SELECT l.parent, l.child FROM lineage l WHERE l.parent IN down", (child,)))
+            cycle = nx.shortest_path(g, child, parent)
+        else:
+            cycle = [child]
+        raise LineageCycleError(
+            f"{edge.key} would close a derivation cycle {' -> '.join([*cycle, child])} "
+            "(each derived from the one before it): the lineage must stay acyclic",
+            cycle=cycle,
+            edge=edge.key,
+        )
+
+    def add_edges(self, edges: Iterable[Edge], *, verify_writer: bool = True) -> None:
+        """Add many edges in one transaction (all or none); see :meth:`add_edge`."""
         with self.transaction():
             for edge in edges:
-                self.add_edge(edge)
+                self.add_edge(edge, verify_writer=verify_writer)
 
     def update_node(self, node_id: str, *, reason: str, **changes: Any) -> Node:
         """Write a new version of a node with ``changes`` (e.g. ``trust=0.2``, ``labels=...``); the old
@@ -364,7 +530,27 @@ class ProvenanceGraph:
         return new
 
     def invalidate(self, node_id: str, *, by: str | None = None, reason: str = "invalidated") -> Node:
-        """Mark a record invalid (a new version with ``valid=False``), with an ``invalidated_by`` edge to ``by``."""
+        """Mark a record invalid (a new version with ``valid=False``), with an ``invalidated_by`` edge to ``by``.
+
+        What follows for its descendants (:mod:`lab.provenance.lineage`): a record whose every lineage
+        parent is gone is *unsupported* and no longer returned or used as evidence; a record that carries
+        its content (``derived_from``, ``summarises``, ``used``, ``generated``) while other supports survive
+        is marked for re-derivation (``Inherited.rederive``) and keeps only the trust its surviving
+        supports give; a claim with another surviving ``supports`` parent is unaffected. Revocation
+        (:meth:`AccessPolicy.revoke_source`) differs only on the carrying case: there the descendant is revoked.
+
+        Parameters
+        ----------
+        node_id : str
+        by : str, optional
+            The action or record that invalidated it.
+        reason : str
+            The version's reason in :meth:`history`.
+
+        Raises
+        ------
+        UnknownNodeError
+        """
         with self.transaction():
             node = self.update_node(node_id, reason=reason, valid=False)
             if by is not None:
@@ -379,7 +565,7 @@ class ProvenanceGraph:
         A node is compared, field by field in :class:`Node`'s order (type, text, time, owner, labels, trust,
         validity, run, attributes), with the version it was **created** as (version 1): the later versions
         :meth:`update_node` writes (grants, revocations, invalidation) are its history, not a difference. An
-        edge is compared on ``time`` and ``attributes`` with the stored edge of the same src, dst and relation
+        edge is compared on ``time``, ``attributes`` and ``writer`` with the stored edge of the same src, dst and relation
         (:meth:`add_edge` keeps the first of those). Values compare in their JSON form (``1`` is not ``True``).
         """
         if isinstance(item, Node):
@@ -391,12 +577,12 @@ class ProvenanceGraph:
         else:
             key = item.key
             row = self._conn.execute(
-                "SELECT time, attributes FROM edges WHERE src = ? AND dst = ? AND relation = ?", (item.src, item.dst, item.relation.value)
+                "SELECT time, attributes, writer FROM edges WHERE src = ? AND dst = ? AND relation = ?", (item.src, item.dst, item.relation.value)
             ).fetchone()
             if row is None:
                 return Difference(key, None)
-            stored = {"time": row[0], "attributes": json.loads(row[1])}
-            given = {"time": item.time, "attributes": json.loads(json.dumps(item.attributes, sort_keys=True))}
+            stored = {"time": row[0], "attributes": json.loads(row[1]), "writer": row[2]}
+            given = {"time": item.time, "attributes": json.loads(json.dumps(item.attributes, sort_keys=True)), "writer": item.writer}
         return _first_difference(key, stored, given)
 
     def update_difference(self, node_id: str, *, reason: str, **changes: Any) -> Difference | None:
@@ -421,9 +607,24 @@ class ProvenanceGraph:
         return node
 
     def lineage_closure(self, node_ids: Iterable[str]) -> LineageClosure:
-        """The requested nodes and all their lineage ancestors (one recursive query, one for edges).
+        """The requested nodes and all their lineage ancestors, with their lineage edges' relations and the
+        trust of their owners and edge writers (one recursive query, one for edges, one for writers).
 
-        Raises :class:`UnknownNodeError` if a requested id is not in the graph.
+        The one ancestor-closure reader of the facet: :mod:`lab.provenance.lineage` computes from it
+        what the inherited index holds; :mod:`lab.provenance.trust` reads source ancestries from it.
+
+        Parameters
+        ----------
+        node_ids : iterable of str
+
+        Returns
+        -------
+        LineageClosure
+
+        Raises
+        ------
+        UnknownNodeError
+            A requested id is not in the graph.
         """
         ids = list(dict.fromkeys(node_ids))
         rows = self._conn.execute(
@@ -438,20 +639,47 @@ class ProvenanceGraph:
         if missing:
             raise UnknownNodeError(f"no node {missing[0]!r}")
         parents: dict[str, list[str]] = {i: [] for i in nodes}
+        relations: dict[tuple[str, str], set[str]] = {}
+        writers: dict[tuple[str, str], set[str | None]] = {}
         edge_rows = self._conn.execute(
-            "SELECT DISTINCT child, parent FROM lineage WHERE child IN (SELECT value FROM json_each(?)) ORDER BY child, parent",
+            "SELECT child, parent, relation, writer FROM lineage WHERE child IN (SELECT value FROM json_each(?)) ORDER BY child, parent",
             (json.dumps(sorted(nodes)),),
         )
-        for child, parent in edge_rows:
+        for child, parent, relation, writer in edge_rows:
             if parent in nodes:
-                parents[child].append(parent)
-        return LineageClosure(nodes, parents, versions)
+                pair = (child, parent)
+                if pair not in relations:
+                    parents[child].append(parent)
+                    relations[pair], writers[pair] = set(), set()
+                relations[pair].add(relation)
+                writers[pair].add(writer)
+        named = {n.owner for n in nodes.values() if n.owner is not None} | {w for ws in writers.values() for w in ws if w is not None}
+        agents = {
+            i: factor(_node(body))
+            for i, body in self._conn.execute("SELECT id, body FROM nodes WHERE type = 'agent' AND id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(named)),))
+        } if named else {}
+        owner_trust = {i: agents[n.owner] for i, n in nodes.items() if n.owner in agents and n.type != NodeType.AGENT}
+        edge_trust = {pair: max(agents.get(w, 1.0) if w is not None else 1.0 for w in ws) for pair, ws in writers.items() if ws - {None}}
+        return LineageClosure(nodes, parents, versions, {k: frozenset(v) for k, v in relations.items()}, edge_trust, owner_trust)
 
     def indexed(self, node_ids: Iterable[str]) -> dict[str, tuple[Node, Inherited]]:
-        """The current node and its inherited row (effective labels with carriers, revocation,
-        path trust) for each id, from the inherited index: one query, O(len(node_ids)).
+        """The current node and its inherited row (effective labels with carriers, revocation, path trust,
+        invalidation and the re-derivation mark) for each id, from the inherited index: one query,
+        O(len(node_ids)).
 
-        Raises :class:`UnknownNodeError` if an id is not in the graph.
+        Parameters
+        ----------
+        node_ids : iterable of str
+
+        Returns
+        -------
+        dict of str to (Node, Inherited)
+            In the order of ``node_ids`` (repeats dropped); what :meth:`AccessPolicy.filter` takes.
+
+        Raises
+        ------
+        UnknownNodeError
+            An id is not in the graph.
         """
         ids = list(dict.fromkeys(node_ids))
         if self._depth:
@@ -470,21 +698,26 @@ class ProvenanceGraph:
             chunk = ids[start : start + _MAX_VARIABLES]
             uncached: list[str] = []
             rows = self._conn.execute(
-                f"SELECT id, version, labels, revoked_by, path_trust FROM inherited WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                f"SELECT id, version, labels, revoked_by, path_trust, invalidated_by, rederive FROM inherited WHERE id IN ({','.join('?' * len(chunk))})", chunk
             ).fetchall()
-            for i, version, _, _, _ in rows:
+            for i, version, *_ in rows:
                 if (i, version) not in self._cache:
                     uncached.append(i)
             if uncached:  # bodies only for node versions not parsed before
                 for i, version, body in self._conn.execute(f"SELECT id, version, body FROM nodes WHERE id IN ({','.join('?' * len(uncached))})", uncached):
                     self._parsed(i, version, body)
-            for i, version, labels, revoked_by, trust in rows:
+            found: dict[str, tuple[Node, Inherited]] = {}
+            for i, version, labels, revoked_by, trust, invalidated_by, rederive in rows:
                 lab = parsed_labels.get(labels)
                 if lab is None:  # few distinct label sets: parse each once (the dicts are read-only)
                     if len(parsed_labels) > 100_000:
                         parsed_labels.clear()
                     lab = parsed_labels[labels] = json.loads(labels)
-                out[i] = (self._cache[(i, version)], Inherited(lab, revoked_by, trust))
+                marks = tuple(json.loads(rederive)) if rederive else ()
+                found[i] = (self._cache[(i, version)], Inherited(lab, revoked_by, trust, invalidated_by, marks))
+            for i in chunk:  # in the order asked
+                if i in found:
+                    out[i] = found[i]
         if len(out) != len(ids):
             raise UnknownNodeError(f"no node {next(i for i in ids if i not in out)!r}")
         return out
@@ -519,7 +752,7 @@ class ProvenanceGraph:
         return [_node(r[0]) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
 
     def edges(self, *, src: str | None = None, dst: str | None = None, relation: Relation | str | None = None) -> list[Edge]:
-        sql, args = "SELECT src, dst, relation, time, attributes FROM edges WHERE 1=1", []
+        sql, args = "SELECT src, dst, relation, time, attributes, writer FROM edges WHERE 1=1", []
         for col, val in (("src", src), ("dst", dst)):
             if val is not None:
                 sql += f" AND {col} = ?"
@@ -527,7 +760,9 @@ class ProvenanceGraph:
         if relation is not None:
             sql += " AND relation = ?"
             args.append(Relation(relation).value)
-        return [Edge(src=r[0], dst=r[1], relation=r[2], time=r[3], attributes=json.loads(r[4])) for r in self._conn.execute(sql + " ORDER BY seq", args)]
+        return [
+            Edge(src=r[0], dst=r[1], relation=r[2], time=r[3], writer=r[5], attributes=json.loads(r[4])) for r in self._conn.execute(sql + " ORDER BY seq", args)
+        ]
 
     def history(self, node_id: str) -> list[tuple[int, str, Node]]:
         """Every version of a node: ``(version, reason, node)``, oldest first."""
@@ -577,5 +812,5 @@ class ProvenanceGraph:
         else:
             for e in self.edges():
                 if e.src in g and e.dst in g:
-                    g.add_edge(e.src, e.dst, key=e.relation.value, relation=e.relation.value, time=e.time, **e.attributes)
+                    g.add_edge(e.src, e.dst, key=e.relation.value, **{**e.attributes, "relation": e.relation.value, "time": e.time, "writer": e.writer})
         return g

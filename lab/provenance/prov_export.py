@@ -9,6 +9,8 @@ agent                ``prov:Agent``
 source/memory/claim  ``prov:Entity`` with ``lab:type`` = ``"source"`` / ``"memory"`` / ``"claim"``
 action               ``prov:Activity``
 derived_from         ``wasDerivedFrom(src, dst)``
+summarises           ``wasDerivedFrom(src, dst)`` with ``lab:relation = "summarises"`` (a PROV
+                     derivation; the lab relation tells the two apart on reading)
 used                 ``used(action, record)``
 generated            ``wasGeneratedBy(record, action)``
 attributed_to        ``wasAttributedTo(record, agent)``; ``wasAssociatedWith(action, agent)``
@@ -24,7 +26,8 @@ Node ids become ``lab:<id>`` (namespace ``lab`` = :data:`LAB_NS`); characters ou
 ``lab:`` attributes: ``lab:text``, ``lab:time`` (float), ``lab:owner`` and ``lab:run`` (absent when
 None), ``lab:labels`` (a JSON list, sorted), ``lab:trust`` (float), ``lab:valid`` (bool) and
 ``lab:attributes`` (JSON). Each relation carries ``lab:relation`` (the graph relation), ``lab:time``
-(float) and ``lab:attributes`` (JSON); ``used`` / ``wasGeneratedBy`` / ``wasInvalidatedBy`` also get
+(float), ``lab:attributes`` (JSON) and, when the edge has one, ``lab:writer`` (the agent that wrote
+it); ``used`` / ``wasGeneratedBy`` / ``wasInvalidatedBy`` also get
 ``prov:time`` (the same instant as a UTC datetime) for PROV consumers.
 
 Round trips
@@ -33,7 +36,9 @@ Round trips
 current nodes (every field) and edges. It does **not** carry the node version history
 (:meth:`ProvenanceGraph.history`: only the current version is exported; the read-back graph has
 one version per node) nor edge insertion order. PROV-N: prov 3.x can write *and* read PROV-N
-(``from_prov(path, format="provn")``) and the test suite checks that round trip too; PROV-N
+(``from_prov(path, format="provn")``) and the test suite checks that round trip too. Reading back
+restores edges as recorded: their writers are not checked again (they were when first written,
+:meth:`ProvenanceGraph.add_edge`), but the lineage must be acyclic as always. PROV-N
 writes ``prov:time`` with microsecond precision only, which is why the exact float travels in
 ``lab:time``. Attribute values that are not JSON-serializable cannot be exported
 (:class:`ProvExportError`).
@@ -49,7 +54,7 @@ from urllib.parse import quote, unquote
 
 import prov.model as pm
 
-from lab.provenance.errors import ProvenanceError
+from lab.provenance.errors import ProvExportError  # defined in errors.py; importable from here as before
 from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
 
 __all__ = ["LAB_NS", "ProvExportError", "to_prov", "write_prov", "from_prov"]
@@ -58,10 +63,6 @@ __all__ = ["LAB_NS", "ProvExportError", "to_prov", "write_prov", "from_prov"]
 LAB_NS = "https://research-lab.example/ns#"
 
 _ENTITY_TYPES = {NodeType.SOURCE, NodeType.MEMORY, NodeType.CLAIM}
-
-
-class ProvExportError(ProvenanceError, ValueError):
-    """A graph that cannot be written as PROV, or a PROV document that is not a lab graph."""
 
 
 def _qn(ns: pm.Namespace, node_id: str) -> pm.QualifiedName:
@@ -80,7 +81,23 @@ def _utc(t: float) -> dt.datetime:
 
 
 def to_prov(graph: ProvenanceGraph, *, run: str | None = None) -> pm.ProvDocument:
-    """The graph (or one ``run`` of it: its nodes and the edges between them) as a PROV document."""
+    """The graph (or one ``run`` of it: its nodes and the edges between them) as a PROV document.
+
+    Parameters
+    ----------
+    graph : ProvenanceGraph
+    run : str, optional
+        Only this run's nodes and the edges between them.
+
+    Returns
+    -------
+    prov.model.ProvDocument
+
+    Raises
+    ------
+    ProvExportError
+        A node's or an edge's attributes are not JSON-serializable (naming it).
+    """
     doc = pm.ProvDocument()
     ns = doc.add_namespace("lab", LAB_NS)
     nodes = {n.id: n for n in graph.nodes(run=run)}
@@ -115,8 +132,10 @@ def to_prov(graph: ProvenanceGraph, *, run: str | None = None) -> pm.ProvDocumen
             ns["time"]: float(e.time),
             ns["attributes"]: _json(e.attributes, f"attributes of edge {e.src}-{e.relation.value}->{e.dst}"),
         }
+        if e.writer is not None:
+            attrs[ns["writer"]] = e.writer
         r = e.relation
-        if r == Relation.DERIVED_FROM:
+        if r in (Relation.DERIVED_FROM, Relation.SUMMARISES):
             doc.wasDerivedFrom(src, dst, other_attributes=attrs)
         elif r == Relation.USED:
             doc.used(src, dst, _utc(e.time), other_attributes=attrs)
@@ -143,7 +162,27 @@ def to_prov(graph: ProvenanceGraph, *, run: str | None = None) -> pm.ProvDocumen
 
 
 def write_prov(graph: ProvenanceGraph, path: str | Path, format: str = "json", *, run: str | None = None) -> Path:
-    """Write :func:`to_prov` as PROV-JSON (``format="json"``) or PROV-N (``"provn"``); returns the path."""
+    """Write :func:`to_prov` as PROV-JSON or PROV-N.
+
+    Parameters
+    ----------
+    graph : ProvenanceGraph
+    path : str or Path
+        The file to write (its folder is created).
+    format : {"json", "provn"}
+    run : str, optional
+        Only this run.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ProvExportError
+        An unsupported ``format``, or attributes that are not JSON-serializable.
+    """
     if format not in ("json", "provn"):
         raise ProvExportError(f"unsupported format {format!r}: use 'json' or 'provn'")
     path = Path(path)
@@ -227,6 +266,8 @@ def _edge_from(record: pm.ProvRelation) -> Edge | None:
             return None
         relation, src_key, dst_key = spec
         src, dst = attrs[src_key], attrs[dst_key]
+        if relation == Relation.DERIVED_FROM and _lit(x.get("relation")) == Relation.SUMMARISES.value:
+            relation = Relation.SUMMARISES
     t = _lit(x.get("time"))
     if t is None:
         pt = attrs.get(pm.PROV_ATTR_TIME)
@@ -236,6 +277,7 @@ def _edge_from(record: pm.ProvRelation) -> Edge | None:
         dst=_local_id(dst),
         relation=relation,
         time=float(t),
+        writer=_lit(x["writer"]) if x.get("writer") is not None else None,
         attributes=json.loads(_lit(x.get("attributes", "{}"))),
     )
 
@@ -246,11 +288,29 @@ def from_prov(
     format: str = "json",
     into: ProvenanceGraph | str | Path = ":memory:",
 ) -> ProvenanceGraph:
-    """Rebuild a :class:`ProvenanceGraph` from a PROV document or a PROV-JSON (``format="json"``)
-    or PROV-N (``"provn"``) file, written by :func:`to_prov` / :func:`write_prov`.
+    """Rebuild a :class:`ProvenanceGraph` from a PROV document or a PROV-JSON / PROV-N file written by
+    :func:`to_prov` / :func:`write_prov`.
 
-    ``into``: the graph (or SQLite path) to add the nodes and edges to; one transaction.
-    Relations that have no lab counterpart (e.g. an untyped ``wasInfluencedBy``) are skipped.
+    Parameters
+    ----------
+    document_or_path : prov.model.ProvDocument, str or Path
+    format : {"json", "provn"}
+        The file's format (ignored for a document).
+    into : ProvenanceGraph, str or Path
+        The graph (or SQLite path) to add the nodes and edges to, in one transaction. Relations that
+        have no lab counterpart (e.g. an untyped ``wasInfluencedBy``) are skipped.
+
+    Returns
+    -------
+    ProvenanceGraph
+
+    Raises
+    ------
+    ProvExportError
+        An unsupported format, or a qualified name outside the lab namespace.
+    DuplicateNodeError, GraphIntegrityError
+        ``into`` holds one of the nodes already, or the edges would close a derivation cycle; nothing
+        of the document is written then.
     """
     if isinstance(document_or_path, pm.ProvDocument):
         doc = document_or_path
@@ -274,5 +334,5 @@ def from_prov(
                 edges.append(edge)
     with graph.transaction():
         graph.add_nodes(nodes)
-        graph.add_edges(edges)
+        graph.add_edges(edges, verify_writer=False)  # restored as recorded (module docstring)
     return graph
