@@ -255,3 +255,21 @@ def test_phoenix_style_document_metadata_as_a_json_string():
     g = ProvenanceGraph()
     ingest_spans(g, spans)
     assert g.node("t1/s3/doc1").attributes["metadata"] == {"section": "gift", "lang": "en"}
+
+
+def test_a_derivation_cycle_names_the_spans_and_writes_nothing():
+    # three update_memory spans: B derives from A, then A is updated from B; the graph keeps the lineage acyclic
+    def update(span_id: str, record: str, text: str, start: int) -> dict:
+        return {"name": f"update {record}", "context": {"trace_id": "t9", "span_id": span_id}, "start_time": start,
+                "attributes": {"gen_ai.operation.name": "update_memory", "gen_ai.memory.record.id": record, "input.value": text}}
+
+    spans = [update("a", "A", "alpha ABC123", 1), update("b", "B", "beta ABC123", 2), update("c", "A", "alpha again ABC123", 3)]
+    g = ProvenanceGraph()
+    ingest_spans(g, json.loads((Path(__file__).parent / "data" / "openinference_spans.json").read_text()))
+    before = _snapshot(g)
+    with pytest.raises(IngestError) as info:
+        ingest_spans(g, spans)
+    e = info.value
+    assert (e.path, e.span_id) == ("[2]", "c") and set(e.cycle) == {"t9/memory/A", "t9/memory/B"}
+    assert e.cycle_spans == {"t9/memory/A": ["a", "c"], "t9/memory/B": ["b"]}
+    assert "nothing of the export was written" in str(e) and _snapshot(g) == before

@@ -3,7 +3,7 @@
 :func:`ingest_taubench`
     tau-bench trajectories (OpenAI chat messages with tool calls).
 :func:`ingest_spans`
-    OpenInference / OpenTelemetry GenAI span exports (JSON).
+    OpenInference / OpenTelemetry GenAI span exports: OTLP JSON, OTLP protobuf, or a flat (Phoenix-style) span list.
 
 Both validate their input (:class:`~lab.provenance.errors.IngestError` with the file and the JSON path of the bad
 field), write a whole file in one transaction (all or nothing) and return an :class:`IngestReport`. Ingesting again

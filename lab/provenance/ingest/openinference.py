@@ -84,7 +84,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lab.provenance.errors import IngestError
+from lab.provenance.errors import GraphIntegrityError, IngestError
 from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
 from lab.provenance.ingest._runs import IngestReport, Verdict, Version, Write, apply, difference, verdict
 from lab.provenance.ingest.taubench import _load
@@ -366,7 +366,11 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | dict | byte
     Raises
     ------
     IngestError
-        A malformed span, with the file (``<spans>`` for an in-memory list) and the path of the bad field.
+        A malformed span, with the file (``<spans>`` for an in-memory list) and the path of the bad field (for
+        OTLP, from ``resourceSpans[r].scopeSpans[s].spans[k]``). Also a write the graph refuses (e.g. a
+        :class:`~lab.provenance.errors.GraphIntegrityError` for a derivation cycle that ``update_memory`` spans
+        would close): ``path`` is the span that planned it, ``span_id`` its id, ``cycle`` the cycle's node ids and
+        ``cycle_spans`` the spans of this export that wrote each of them; the graph is unchanged.
     ContentConflictError
         (a :class:`~lab.provenance.errors.DuplicateNodeError`) A run stored already with other content: ``id`` and
         ``field`` name the first differing node, edge or memory version and field, ``stored`` and ``given`` the
@@ -444,6 +448,9 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | dict | byte
     order: list[tuple[str, int]] = []  # (run, index in plan[run]) in the order the spans write them
     created: set[str] = set()  # node ids the plan creates
     edge_keys: set[str] = set()
+    origin: dict[tuple[str, int], dict] = {}  # the span that planned each write
+    writers: dict[str, list[str]] = {}  # node id -> the span ids that create or re-version it
+    current: list[dict] = []  # the span being planned
 
     def write(run: str, w: Write) -> None:
         if isinstance(w, Edge):
@@ -452,7 +459,10 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | dict | byte
             edge_keys.add(w.key)
         elif isinstance(w, Node):
             created.add(w.id)
-        order.append((run, len(plan.setdefault(run, []))))
+        if not isinstance(w, Edge):
+            writers.setdefault(w.id if isinstance(w, Node) else w.node, []).append(current[0]["id"])
+        origin[(run, len(plan.setdefault(run, [])))] = current[0]
+        order.append((run, len(plan[run])))
         plan[run].append(w)
 
     def exists(mid: str, run: str) -> bool:
@@ -468,6 +478,7 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | dict | byte
         # records available for consumption, per run: (node id, text, external id or None, start)
         records: dict[str, list[tuple[str, str, str | None]]] = {}
         for s in sorted(spans, key=lambda s: (s["start"], s["i"])):
+            current[:] = [s]
             a, p, run, t = s["attrs"], f"{s['p']}.attributes", s["run"], s["start"]
             if run not in runs:
                 runs.append(run)
@@ -626,7 +637,19 @@ def ingest_spans(graph: ProvenanceGraph, spans_or_path: list[dict] | dict | byte
         todo = {(run, k) for run, v in verdicts.items() for k in v.missing}
         for run, k in order:  # in the planned order, across runs too (an edge may end at another run's agent)
             if (run, k) in todo:
-                apply(graph, plan[run][k])
+                try:
+                    apply(graph, plan[run][k])
+                except GraphIntegrityError as exc:  # e.g. a derivation cycle: name the spans, write nothing
+                    s = origin[(run, k)]
+                    cycle = getattr(exc, "cycle", None) or []
+                    made = "; ".join(f"{n!r} by span(s) {writers[n]}" for n in dict.fromkeys(cycle) if n in writers)
+                    error = IngestError(
+                        f"span {s['id']!r} ({s['name']}) writes what the graph refuses: {exc}" + (f" (written here: {made})" if made else "")
+                        + "; nothing of the export was written", file=file, path=s["p"],
+                    )
+                    error.span_id, error.cycle = s["id"], list(cycle)
+                    error.cycle_spans = {n: writers[n] for n in dict.fromkeys(cycle) if n in writers}
+                    raise error from exc
         for run, v in verdicts.items():
             report._count(run, v.status, [plan[run][k] for k in v.missing])
     return report
