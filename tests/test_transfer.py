@@ -176,6 +176,24 @@ def test_local_missing_source_names_the_path(sites, local):
         local().status("not-a-task")
 
 
+def test_local_symbolic_links_do_not_leave_an_endpoint(sites, local, tmp_path):
+    src, dst, _ = sites
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("host file")
+    os.symlink(outside, src / "in" / "link")  # a link inside the source endpoint pointing out of it
+    os.symlink(outside, dst / "link")
+    with pytest.raises(TransferError, match="leaves its endpoint") as exc:
+        local().submit(TransferRequest(source_endpoint=str(src), destination_endpoint=str(dst), items=[("/in/link/secret.txt", "/got.txt")]))
+    assert "resolves to" in str(exc.value)
+    with pytest.raises(TransferError, match="leaves its endpoint"):
+        local().submit(TransferRequest(source_endpoint=str(src), destination_endpoint=str(dst), items=[("/in/data.bin", "link/planted.bin")]))
+    os.symlink(outside / "secret.txt", src / "in" / "file-link.txt")  # a file link below a folder copied recursively
+    with pytest.raises(TransferError, match="outside its endpoint"):
+        local().submit(TransferRequest(source_endpoint=str(src), destination_endpoint=str(dst), items=[TransferItem(source_path="/in", destination_path="/copy", recursive=True)]))
+    assert not (dst / "got.txt").exists() and not (outside / "planted.bin").exists() and not (dst / "copy").exists()
+
+
 def test_local_recursive_directory(sites, local):
     src, dst, data = sites
     (src / "in" / "sub").mkdir()

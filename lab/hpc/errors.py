@@ -6,7 +6,18 @@ from pathlib import Path
 
 from lab import LabError
 
-__all__ = ["HPCError", "SWFError", "ReplayError", "SiteError", "PolicyViolation", "SchedulerError", "SiteUnavailable", "TransferError"]
+__all__ = [
+    "HPCError",
+    "SWFError",
+    "SWFWarning",
+    "ReplayError",
+    "SiteError",
+    "PolicyViolation",
+    "SchedulerError",
+    "SiteUnavailable",
+    "TransferError",
+    "SkillArgumentError",
+]
 
 
 class HPCError(LabError):
@@ -37,6 +48,26 @@ class SWFError(HPCError, ValueError):
         if field is not None:
             where += f", field {field!r}"
         super().__init__(f"{where}: {reason}")
+
+
+class SWFWarning(UserWarning):
+    """An SWF file reads, but something in it deserves the reader's attention (e.g. a job that asks for
+    more processors than the header's machine has). Issued with :func:`warnings.warn`.
+
+    Attributes
+    ----------
+    path : pathlib.Path or None
+        The file (None for in-memory text).
+    lines : tuple of int
+        1-based line numbers of every job line concerned (the message names the first).
+    field : str or None
+        The SWF field (or header key) concerned.
+    """
+
+    def __init__(self, message: str, *, path: Path | str | None = None, lines: tuple[int, ...] = (), field: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.lines, self.field = tuple(lines), field
+        super().__init__(message)
 
 
 class ReplayError(HPCError, ValueError):
@@ -82,3 +113,31 @@ class SiteUnavailable(SchedulerError):
 
 class TransferError(HPCError, RuntimeError):
     """A data transfer failed or its checksum did not match."""
+
+
+def clip_text(text: str, limit: int = 200) -> str:
+    """``text`` cut to at most ``limit`` characters (the cut marked with how much was left out), so an
+    error never echoes a huge input back."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}... [{len(text) - limit + 40} more characters]"
+
+
+class SkillArgumentError(HPCError, ValueError):
+    """A skill's argument is refused (an unknown site, a path outside its endpoint, a job this
+    federation did not submit there, ...). Nothing was submitted, moved or read.
+
+    Attributes
+    ----------
+    skill : str
+        The skill (``"retrieve_results"``, ...).
+    field : str
+        The argument at fault, as a dotted path (``"source_endpoint"``, ``"request.account"``).
+    reason : str
+        What is wrong (long inputs are cut: the message never echoes more than a few hundred characters).
+    """
+
+    def __init__(self, skill: str, field: str, reason: str):
+        self.skill, self.field, self.reason = skill, field, clip_text(reason, 600)
+        super().__init__(f"{skill}: field {field!r}: {self.reason}")

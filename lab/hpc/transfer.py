@@ -26,7 +26,8 @@ Endpoints and paths
 For :class:`LocalTransfer` an endpoint is a directory, the root of that
 site's files, and item paths are resolved *inside* it, as Globus resolves
 paths inside a collection: ``"/in/x.bin"`` and ``"in/x.bin"`` both mean
-``<root>/in/x.bin``; a path that climbs out of the root is refused. Use the
+``<root>/in/x.bin``; a path that climbs out of the root, by ``..`` or through a
+symbolic link (paths are resolved on disk), is refused. Use the
 endpoint ``"/"`` to address host paths directly. For :class:`GlobusTransfer`
 an endpoint is a collection UUID and paths are the collection's paths.
 
@@ -451,7 +452,10 @@ class LocalTransfer(TransferBackend):
                 if not item.recursive:
                     raise _error(f"source {src} is a directory; set recursive=True to copy it", path=src)
                 files = sorted(p for p in src.rglob("*") if p.is_file())
-                pairs.extend((p, dst / p.relative_to(src)) for p in files)
+                for p in files:  # a symbolic link below the source folder may point out of the endpoint
+                    if not p.resolve().is_relative_to(src_root):
+                        raise _error(f"source {p} resolves to {p.resolve()}, outside its endpoint {src_root}", path=p)
+                pairs.extend((p, self._inside(dst_root, str(dst.relative_to(dst_root) / p.relative_to(src)))) for p in files)
             elif src.is_file():
                 pairs.append((src, dst))
             else:
@@ -515,11 +519,15 @@ class LocalTransfer(TransferBackend):
 
     @staticmethod
     def _inside(root: Path, path: str) -> Path:
+        """``path`` under the (resolved) ``root``, resolved on disk: ``..`` and symbolic links are
+        followed, and a result outside ``root`` is refused (TransferError naming the path)."""
+        if "\x00" in path:
+            raise _error(f"path {path[:200]!r} contains a NUL character", path=path)
         rel = path.lstrip("/")
         full = (root / rel) if rel else root
-        resolved = Path(os.path.normpath(full))
-        if resolved != root and root not in resolved.parents:
-            raise _error(f"path {path!r} leaves its endpoint {root}", path=path)
+        resolved = full.resolve()
+        if not resolved.is_relative_to(root):
+            raise _error(f"path {path[:200]!r} leaves its endpoint {root} (resolves to {resolved})", path=path)
         return resolved
 
     # -- the copier (runs in a worker thread)
