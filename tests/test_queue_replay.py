@@ -31,23 +31,23 @@ TOY = """\
 6 50 3700 20 5 -1 -1 5 30 -1 1 -1 -1 -1 -1 -1 -1 -1
 """
 
-# time, pending, running, busy, free, utilization, pending_processors (unknown_wait="exclude")
+# time, pending, running, busy, free, over capacity, utilization, pending_processors (unknown_wait="exclude")
 TOY_EXPECTED = [
-    (999.0, 0, 0, 0, 10, 0.0, 0),  # before anything
-    (1000.0, 0, 1, 4, 6, 0.4, 0),  # job 1 submitted and started at once: running, never pending
-    (1009.99, 0, 1, 4, 6, 0.4, 0),
-    (1010.0, 1, 1, 4, 6, 0.4, 6),  # t == submit: pending
-    (1030.0, 3, 1, 4, 6, 0.4, 11),  # jobs 2, 3, 4 pending (job 5 excluded)
-    (1049.5, 3, 1, 4, 6, 0.4, 11),
-    (1050.0, 3, 2, 10, 0, 1.0, 10),  # t == start of 2: running, not pending; job 6 submitted
-    (1100.0, 2, 1, 6, 4, 0.6, 8),  # t == end of 1: done; job 3 starts and ends at 1100: neither
-    (1109.0, 2, 1, 6, 4, 0.6, 8),
-    (1110.0, 2, 0, 0, 10, 0.0, 8),  # t == end of 2
-    (1120.0, 1, 1, 3, 7, 0.3, 5),  # job 4 runs on its requested 3 processors
-    (1170.0, 1, 0, 0, 10, 0.0, 5),
-    (4749.0, 1, 0, 0, 10, 0.0, 5),
-    (4750.0, 0, 1, 5, 5, 0.5, 0),
-    (4770.0, 0, 0, 0, 10, 0.0, 0),  # after everything
+    (999.0, 0, 0, 0, 10, 0, 0.0, 0),  # before anything
+    (1000.0, 0, 1, 4, 6, 0, 0.4, 0),  # job 1 submitted and started at once: running, never pending
+    (1009.99, 0, 1, 4, 6, 0, 0.4, 0),
+    (1010.0, 1, 1, 4, 6, 0, 0.4, 6),  # t == submit: pending
+    (1030.0, 3, 1, 4, 6, 0, 0.4, 11),  # jobs 2, 3, 4 pending (job 5 excluded)
+    (1049.5, 3, 1, 4, 6, 0, 0.4, 11),
+    (1050.0, 3, 2, 10, 0, 0, 1.0, 10),  # t == start of 2: running, not pending; job 6 submitted
+    (1100.0, 2, 1, 6, 4, 0, 0.6, 8),  # t == end of 1: done; job 3 starts and ends at 1100: neither
+    (1109.0, 2, 1, 6, 4, 0, 0.6, 8),
+    (1110.0, 2, 0, 0, 10, 0, 0.0, 8),  # t == end of 2
+    (1120.0, 1, 1, 3, 7, 0, 0.3, 5),  # job 4 runs on its requested 3 processors
+    (1170.0, 1, 0, 0, 10, 0, 0.0, 5),
+    (4749.0, 1, 0, 0, 10, 0, 0.0, 5),
+    (4750.0, 0, 1, 5, 5, 0, 0.5, 0),
+    (4770.0, 0, 0, 0, 10, 0, 0.0, 0),  # after everything
 ]
 
 
@@ -58,8 +58,9 @@ def toy() -> QueueReplay:
 
 def expected_frame(rows) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(SNAPSHOT_COLUMNS))
-    ints = {c: "int64" for c in SNAPSHOT_COLUMNS if c not in ("time", "utilization", "free_processors")}
-    return df.astype(ints | {"time": "float64", "free_processors": "Int64"})
+    nullable = ("free_processors", "over_capacity_processors")
+    ints = {c: "int64" for c in SNAPSHOT_COLUMNS if c not in ("time", "utilization", *nullable)}
+    return df.astype(ints | {"time": "float64"} | {c: "Int64" for c in nullable})
 
 
 def test_toy_replay_basics(toy):
@@ -85,8 +86,9 @@ def test_toy_snapshots_by_hand(toy):
 def test_toy_single_snapshot(toy):
     snap = toy.snapshot(1050)
     assert snap == QueueSnapshot(
-        time=1050.0, pending=3, running=2, busy_processors=10, free_processors=0, utilization=1.0, pending_processors=10
+        time=1050.0, pending=3, running=2, busy_processors=10, free_processors=0, utilization=1.0, pending_processors=10, over_capacity_processors=0
     )
+    assert not snap.over_capacity
     assert snap.datetime == pd.Timestamp("1970-01-01 00:17:30", tz="UTC")
 
 
@@ -98,10 +100,10 @@ def test_toy_unknown_wait_zero_includes_job_5(toy):
         got,
         expected_frame(
             [
-                (1039.0, 3, 1, 4, 6, 0.4, 11),
-                (1040.0, 3, 2, 5, 5, 0.5, 11),  # job 5 starts when submitted
-                (1045.0, 3, 2, 5, 5, 0.5, 11),
-                (1050.0, 3, 2, 10, 0, 1.0, 10),  # job 5 ended, job 2 started
+                (1039.0, 3, 1, 4, 6, 0, 0.4, 11),
+                (1040.0, 3, 2, 5, 5, 0, 0.5, 11),  # job 5 starts when submitted
+                (1045.0, 3, 2, 5, 5, 0, 0.5, 11),
+                (1050.0, 3, 2, 10, 0, 0, 1.0, 10),  # job 5 ended, job 2 started
             ]
         ),
     )
@@ -116,7 +118,11 @@ def test_toy_capacity_override_and_fallbacks():
     half = QueueReplay(parse_swf(TOY), capacity=5, name="toy")
     assert half.name == "toy" and half.capacity == 5
     s = half.snapshot(1050)
-    assert (s.busy_processors, s.free_processors, s.utilization) == (10, -5, 2.0)  # not clipped
+    # free is never negative: the excess is its own number, and it is why utilization is 2.0
+    assert (s.busy_processors, s.free_processors, s.over_capacity_processors, s.utilization) == (10, 0, 5, 2.0)
+    assert s.over_capacity
+    rows = half.snapshots([1049, 1050, 1100, 1110])
+    assert rows["free_processors"].tolist() == [1, 0, 0, 5] and rows["over_capacity_processors"].tolist() == [0, 5, 1, 0]
     v = half.capacity_violations()
     assert list(v.columns) == ["start", "end", "busy_processors", "duration_s"]
     # busy 10 on [1050, 1100), then 6 on [1100, 1110): one episode over capacity, its peak 10
@@ -127,7 +133,8 @@ def test_toy_capacity_override_and_fallbacks():
     assert unknown.capacity is None
     s = unknown.snapshots([1050])
     assert s["busy_processors"].tolist() == [10] and s["free_processors"].isna().tolist() == [True]
-    assert unknown.snapshot(1050).free_processors is None
+    assert unknown.snapshot(1050).free_processors is None and unknown.snapshot(1050).over_capacity_processors is None
+    assert s["over_capacity_processors"].isna().tolist() == [True]
     assert np.isnan(s["utilization"].iloc[0])
     assert unknown.capacity_violations().empty
 
@@ -235,7 +242,9 @@ def test_property_snapshots_equal_naive_replay(case):
     submit, wait, run, procs = (np.array(c, dtype=float) for c in zip(*jobs))
     want = naive_snapshots(origin + submit, wait, run, procs, times)
     assert list(zip(got["pending"], got["running"], got["busy_processors"], got["pending_processors"])) == want
-    assert (got["free_processors"] == 16 - got["busy_processors"]).all()
+    assert (got["free_processors"] == np.maximum(16 - got["busy_processors"], 0)).all()
+    assert (got["over_capacity_processors"] == np.maximum(got["busy_processors"] - 16, 0)).all()
+    assert (got["free_processors"] >= 0).all()
     assert np.allclose(got["utilization"], got["busy_processors"] / 16)
 
 
@@ -274,7 +283,9 @@ def test_theta_traces_oversubscribe_slightly(replays, name, intervals, total_s, 
     at_starts = r.snapshots(r.start)
     assert at_starts["busy_processors"].max() == max_busy
     assert at_starts["utilization"].max() == pytest.approx(max_busy / 4360) and at_starts["utilization"].max() > 1
-    assert at_starts["free_processors"].min() == 4360 - max_busy
+    assert at_starts["free_processors"].min() == 0  # never negative ...
+    assert at_starts["over_capacity_processors"].max() == max_busy - 4360  # ... the excess says why
+    assert ((at_starts["utilization"] > 1) == (at_starts["over_capacity_processors"] > 0)).all()
     # and inside a reported interval the snapshot agrees
     first = v.iloc[0]
     assert r.snapshot(first["start"]).busy_processors == first["busy_processors"]
@@ -358,3 +369,18 @@ def test_replay_error_says_what_is_missing():
     with pytest.raises(ReplayError) as excinfo:
         QueueReplay(parse_swf(text))
     assert str(excinfo.value) == "trace '<swf>': none of its 2 jobs can be replayed (1 without submit time, 1 without run time)"
+
+
+def test_site_timeline_free_is_never_negative_and_the_excess_is_reported():
+    """lab.hpc.sim: the placement benchmark's site model clips free capacity at 0 and says by how much
+    the trace holds more than the machine (issue #16: it used to report free = -8)."""
+    from lab.hpc.sim import SiteTimeline
+
+    # two jobs on an 8-processor machine overlap on [50, 100): 6 + 10 = 16 processors held
+    site = SiteTimeline(submit=[0, 50], start=[0, 50], end=[100, 150], processors=[6, 10], requested_time=[100, 100], capacity=8, downtime_min_s=None)
+    t = np.array([25.0, 75.0, 125.0])
+    assert site.busy(t).tolist() == [6, 16, 10]
+    assert site.free(t).tolist() == [2, 0, 0]
+    assert site.over_capacity(t).tolist() == [0, 8, 2]
+    obs = site.observe(75.0)
+    assert (obs.busy, obs.free, obs.over_capacity) == (16, 0, 8)

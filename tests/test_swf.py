@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from lab import LabError
 from lab.hpc import HPCError, SWFError, SWFHeader, SWFTrace, load_trace, parse_swf, read_swf, write_swf
-from lab.hpc.swf import FIELDS
+from lab.hpc.errors import SWFWarning
+from lab.hpc.queue import QueueReplay
+from lab.hpc.swf import FIELDS, SWFComment
 
 INT_FIELDS = [f for f in FIELDS if f != "average_cpu_time"]
 
@@ -74,7 +76,11 @@ def test_theta_2022(theta_2022):
 
 
 def test_theta_2023():
-    t = load_trace("theta_2023")  # CRLF line endings and a trailing blank in its first header line
+    with pytest.warns(SWFWarning) as caught:  # 8 jobs use more nodes than the header's 4,360
+        t = load_trace("theta_2023")  # CRLF line endings and a trailing blank in its first header line
+    [w] = caught
+    assert "line 1703: job 1700 has allocated_processors = 4389, more than the header's MaxProcs: 4360; 8 jobs in all" in str(w.message)
+    assert len(w.message.lines) == 8 and w.message.lines[0] == 1703 and w.message.field == "allocated_processors"
     assert len(t) == 8_401
     assert (t.header.max_nodes, t.header.max_procs, t.header.unix_start_time) == (4360, 4360, 0)
     assert t.header.lines[0] == "; UnixStartTime: 0 "
@@ -275,7 +281,7 @@ MALFORMED = [
     ("bad_node_list", f"{OK} {{1,x}} q p\n", 1, "node_ids", "node list '{1,x}' is not comma-separated integers"),
     ("plain_after_extended", f"{OK} {{1}} q p\n{OK}\n", 2, "node_ids", "plain 18-field line in an extended SWF file"),
     ("extended_after_plain", f"{OK}\n{OK} {{1}} q p\n", 2, None, "extended line in a plain SWF file (earlier lines had 18 fields)"),
-    ("header_after_job", f"{OK}\n; MaxProcs: 10\n", 2, None, "header line after the first job; ';' lines belong at the top"),
+    ("repeated_job_id", f"{OK}\n{job(job_id=2)}\n{OK}\n", 3, "job_id", "job id 1 repeats line 1 (job ids must be unique)"),
     ("empty", "", None, None, "empty file: no header and no jobs"),
     ("blank_lines_only", "\n   \n\t\n", None, None, "empty file: no header and no jobs"),
     ("header_only", "; Version: 2.2\n; MaxProcs: 10\n", None, None, "no jobs: the file has only header lines"),
@@ -409,7 +415,7 @@ def test_first_bad_line_in_file_order_across_kinds_of_fault(text, line, field):
 
 
 def test_invalid_unknown_keeps_values_as_unknown_but_structure_still_raises():
-    text = f"{OK}\n{job(run_time='abc', status=-3)}\n{job(average_cpu_time=-2.5)}\n"
+    text = f"{OK}\n{job(job_id=2, run_time='abc', status=-3)}\n{job(job_id=3, average_cpu_time=-2.5)}\n"
     t = parse_swf(text, invalid="unknown")
     assert len(t) == 3
     assert [(p.line, p.field) for p in t.problems] == [(2, "run_time"), (2, "status"), (3, "average_cpu_time")]
@@ -450,14 +456,21 @@ def traces(draw):
     floats = st.one_of(st.just(-1.0), st.floats(0, 1e15, allow_nan=False, allow_infinity=False))
     columns = {}
     for f in FIELDS:
-        values = draw(st.lists(floats if f == "average_cpu_time" else ints, min_size=n, max_size=n))
+        if f == "job_id":  # job numbers are unique (or unknown)
+            values = draw(st.lists(ints, min_size=n, max_size=n, unique_by=lambda v: v if v != -1 else object()))
+        else:
+            values = draw(st.lists(floats if f == "average_cpu_time" else ints, min_size=n, max_size=n))
         columns[f] = pd.array([None if v == -1 else v for v in values], dtype="Float64" if f == "average_cpu_time" else "Int64")
     header = SWFHeader(
         unix_start_time=draw(st.integers(0, 2**31)), max_procs=draw(st.one_of(st.none(), st.integers(1, 10**6)))
     )
-    return SWFTrace(jobs=pd.DataFrame(columns), header=header)
+    text = st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=20)
+    positions = draw(st.lists(st.integers(1, n), max_size=3))  # comments between jobs or at the end (not before the first job)
+    comments = tuple(SWFComment(line=0, text=";" + draw(text).rstrip(), before_job=k) for k in sorted(positions))
+    return SWFTrace(jobs=pd.DataFrame(columns), header=header, comments=comments)
 
 
+@pytest.mark.filterwarnings("ignore::lab.hpc.errors.SWFWarning")  # random processors may exceed MaxProcs, or comments look like header lines
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trace=traces(), gz=st.booleans())
 def test_property_write_then_read_gives_the_same_table(tmp_path, trace, gz):
@@ -466,6 +479,7 @@ def test_property_write_then_read_gives_the_same_table(tmp_path, trace, gz):
     pd.testing.assert_frame_equal(back.jobs, trace.jobs)
     assert back.header.model_dump(exclude={"lines"}) == trace.header.model_dump(exclude={"lines"})
     assert back.problems == ()
+    assert [(c.text, c.before_job) for c in back.comments] == [(c.text, c.before_job) for c in trace.comments]
     # and once more from the re-read trace (verbatim header lines now): the file is identical
     again = write_swf(back, tmp_path / ("q.swf.gz" if gz else "q.swf"))
     opener = gzip.open if gz else open
@@ -478,3 +492,109 @@ def test_indented_header_lines_continue_the_previous_key_even_with_a_colon():
     header = parse_swf(text).header
     assert header.notes == ["logs from the archive, see: http://example.org"]
     assert header.max_procs == 8
+
+
+# --------------------------------------------------------------------------- comments, repeated ids, oversized jobs (issue #16)
+
+
+def _write(tmp_path, text: str, gz: bool) -> Path:
+    path = tmp_path / ("t.swf.gz" if gz else "t.swf")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    return path
+
+
+CONCATENATED = (
+    "; Computer: first log\n; MaxProcs: 10\n"
+    f"{job(job_id=1)}\n{job(job_id=2)}\n"
+    "; ---- second log, appended by hand ----\n"
+    "; MaxProcs: 99\n"
+    f"{job(job_id=3)}\n"
+    ";  trailing note\n"
+)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_comment_lines_after_the_first_job_are_read_as_comments(tmp_path, gz):
+    path = _write(tmp_path, CONCATENATED, gz)
+    with pytest.warns(SWFWarning, match=r"line 6: '; MaxProcs: 99' comes after the first job, so it is kept as a comment"):
+        t = read_swf(path)
+    assert t.jobs["job_id"].tolist() == [1, 2, 3]
+    assert t.header.max_procs == 10 and t.header.computer == "first log"  # header fields from the header block only
+    assert t.header.lines == ["; Computer: first log", "; MaxProcs: 10"]
+    assert t.comments == (
+        SWFComment(line=5, text="; ---- second log, appended by hand ----", before_job=2),
+        SWFComment(line=6, text="; MaxProcs: 99", before_job=2),
+        SWFComment(line=8, text=";  trailing note", before_job=3),
+    )
+    # written back where they were
+    out = write_swf(t, tmp_path / ("back.swf.gz" if gz else "back.swf"))
+    assert (gzip.open(out, "rt") if gz else out.open()).read() == CONCATENATED
+
+
+def test_a_plain_comment_after_the_first_job_does_not_warn(recwarn):
+    t = parse_swf(f"; MaxProcs: 10\n{OK}\n; checked by hand: fine\n{job(job_id=2)}\n")
+    assert [c.line for c in t.comments] == [3] and len(t) == 2
+    assert not [w for w in recwarn if issubclass(w.category, SWFWarning)]
+
+
+REPEATED = f"; MaxProcs: 10\n{job(job_id=1)}\n{job(job_id=2)}\n{job(job_id=1, run_time=7)}\n{job(job_id=3)}\n{job(job_id=2, run_time=8)}\n"
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_repeated_job_id_is_an_error_naming_the_id_and_both_lines(tmp_path, gz):
+    path = _write(tmp_path, REPEATED, gz)
+    with pytest.raises(SWFError) as excinfo:
+        read_swf(path)
+    exc = excinfo.value
+    assert str(exc) == f"{path}, line 4, field 'job_id': job id 1 repeats line 2 (job ids must be unique)"
+    assert (exc.line, exc.field) == (4, "job_id")
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_repeated_job_id_with_invalid_unknown_drops_the_later_job(tmp_path, gz):
+    path = _write(tmp_path, REPEATED + "; end\n", gz)
+    t = read_swf(path, invalid="unknown")
+    assert t.jobs["job_id"].tolist() == [1, 2, 3] and t.jobs["run_time"].tolist() == [100, 100, 100]
+    assert [(p.line, p.field) for p in t.problems] == [(4, "job_id"), (6, "job_id")]
+    assert str(t.problems[1]) == f"{path}, line 6, field 'job_id': job id 2 repeats line 3; this later job was dropped"
+    assert [(c.line, c.before_job) for c in t.comments] == [(7, 3)]  # positions counted in the jobs kept
+    running = QueueReplay(t).running_jobs(15)  # all three run [10, 110): each listed once
+    assert running["job_id"].tolist() == [1, 2, 3]
+
+
+def test_unknown_job_ids_are_not_repeats():
+    t = parse_swf(f"{job(job_id=-1)}\n{job(job_id=-1)}\n")
+    assert t.jobs["job_id"].isna().tolist() == [True, True] and t.problems == ()
+
+
+OVERSIZED = f"; MaxNodes: 8\n{job(job_id=1)}\n{job(job_id=2, allocated_processors=16, requested_processors=16)}\n{job(job_id=3)}\n"
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_job_larger_than_the_machine_warns_naming_its_line_and_the_limit(tmp_path, gz):
+    path = _write(tmp_path, OVERSIZED, gz)
+    with pytest.warns(SWFWarning) as caught:
+        t = read_swf(path)
+    [w] = caught
+    assert str(w.message) == (
+        f"{path}, line 3: job 2 has allocated_processors = 16, more than the header's MaxNodes: 8 (a replay of this trace goes over capacity)"
+    )
+    assert (w.message.path, w.message.lines, w.message.field) == (path, (3,), "allocated_processors")
+    assert len(t) == 3  # still read
+    # and the replay never shows a negative free capacity without saying why
+    r = QueueReplay(t)
+    snap = r.snapshot(50)
+    assert (snap.busy_processors, snap.free_processors, snap.over_capacity_processors) == (24, 0, 16) and snap.over_capacity
+    assert snap.utilization == 3.0
+    assert r.capacity_violations()["busy_processors"].tolist() == [24]
+
+
+def test_requested_processors_over_max_procs_warn_too():
+    with pytest.warns(SWFWarning, match=r"line 2: job 9 has requested_processors = 12, more than the header's MaxProcs: 10"):
+        parse_swf(f"; MaxProcs: 10\n{job(job_id=9, allocated_processors=-1, requested_processors=12)}\n")
+
+
+def test_jobs_within_the_machine_do_not_warn(recwarn):
+    parse_swf(f"; MaxProcs: 4\n{job(job_id=1)}\n")  # OK uses 4 of 4
+    parse_swf(f"{job(job_id=1, allocated_processors=10**6)}\n")  # no header: no machine to exceed
+    assert not [w for w in recwarn if issubclass(w.category, SWFWarning)]

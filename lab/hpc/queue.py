@@ -6,7 +6,10 @@ not re-schedule):
 
 * pending: submitted, not started -- ``submit <= t < start`` with ``start = submit + wait``;
 * running: ``start <= t < end`` with ``end = start + run_time``;
-* busy processors: the sum of running jobs' processors; free = capacity - busy;
+* busy processors: the sum of running jobs' processors; free = max(capacity - busy, 0), and
+  ``over_capacity_processors`` = max(busy - capacity, 0) says when and by how much the trace
+  holds more than the machine (free is never negative; :meth:`QueueReplay.capacity_violations`
+  lists the intervals);
 * queue depth: the pending job count, and ``pending_processors``, the processors they asked for.
 
 :class:`QueueReplay` answers these for many times at once with sorted event
@@ -37,7 +40,7 @@ WAIT_BIN_EDGES = np.array([0, _MIN, 10 * _MIN, _HOUR, 2 * _HOUR, 4 * _HOUR, 8 * 
 #: Human-readable labels for :data:`WAIT_BIN_EDGES`, one per bin.
 WAIT_BIN_LABELS = ("<1m", "1-10m", "10m-1h", "1-2h", "2-4h", "4-8h", "8-12h", "12h-1d", "1-2d", "2-4d", "4-7d", ">7d")
 
-SNAPSHOT_COLUMNS = ("time", "pending", "running", "busy_processors", "free_processors", "utilization", "pending_processors")
+SNAPSHOT_COLUMNS = ("time", "pending", "running", "busy_processors", "free_processors", "over_capacity_processors", "utilization", "pending_processors")
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,17 @@ class QueueSnapshot:
     busy_processors : int
         Processors (nodes on Theta) held by running jobs.
     free_processors : int or None
-        The rest of the capacity: negative if the trace over-subscribes the machine,
-        None when the capacity is unknown.
+        The rest of the capacity, ``max(capacity - busy, 0)``: never negative; None when the
+        capacity is unknown.
     utilization : float
-        ``busy_processors / capacity`` (NaN when the capacity is unknown).
+        ``busy_processors / capacity`` (NaN when the capacity is unknown); above 1 exactly when
+        ``over_capacity_processors > 0``.
     pending_processors : int
         Processors of the pending jobs (allocated where the trace records it, else requested).
+    over_capacity_processors : int or None
+        ``max(busy - capacity, 0)``: processors the running jobs hold beyond the machine (the trace
+        over-subscribes it: clock skew between start and end records, or a job larger than the
+        header's machine, which :func:`~lab.hpc.swf.read_swf` warns about); None when the capacity is unknown.
     """
 
     time: float
@@ -68,6 +76,12 @@ class QueueSnapshot:
     free_processors: int | None
     utilization: float
     pending_processors: int
+    over_capacity_processors: int | None = None
+
+    @property
+    def over_capacity(self) -> bool:
+        """True when the running jobs hold more processors than the capacity (why free is 0 while utilization > 1)."""
+        return bool(self.over_capacity_processors)
 
     @property
     def datetime(self) -> pd.Timestamp:
@@ -196,8 +210,10 @@ class QueueReplay:
         -------
         pandas.DataFrame
             ``m`` rows, columns :data:`SNAPSHOT_COLUMNS` (``time`` float64 epoch seconds; counts
-            int64; ``free_processors`` Int64, ``<NA>`` when the capacity is unknown;
-            ``utilization`` float64 in [0, 1] unless the trace over-subscribes, NaN if capacity unknown).
+            int64; ``free_processors`` and ``over_capacity_processors`` Int64, both >= 0 and
+            ``<NA>`` when the capacity is unknown; ``utilization`` float64, in [0, 1] except where
+            ``over_capacity_processors > 0`` says the trace over-subscribes the machine, NaN if
+            the capacity is unknown).
 
         Raises
         ------
@@ -214,9 +230,11 @@ class QueueReplay:
         if self.capacity is None:
             free = pd.array(np.zeros(len(t), dtype=np.int64), dtype="Int64")
             free[:] = pd.NA
+            over = free.copy()
             utilization = np.full(len(t), np.nan)
         else:
-            free = pd.array(self.capacity - busy, dtype="Int64")
+            free = pd.array(np.maximum(self.capacity - busy, 0), dtype="Int64")
+            over = pd.array(np.maximum(busy - self.capacity, 0), dtype="Int64")
             utilization = busy / self.capacity
         return pd.DataFrame(
             {
@@ -225,6 +243,7 @@ class QueueReplay:
                 "running": n_start - n_end,
                 "busy_processors": busy,
                 "free_processors": free,
+                "over_capacity_processors": over,
                 "utilization": utilization,
                 "pending_processors": self._procs_by_submit[n_sub] - self._procs_by_start[n_start],
             }
@@ -233,7 +252,7 @@ class QueueReplay:
     def snapshot(self, t: float) -> QueueSnapshot:
         """Queue state at one time ``t`` (epoch seconds); see :meth:`snapshots`."""
         df = self.snapshots([t])
-        free = df["free_processors"].iloc[0]
+        free, over = df["free_processors"].iloc[0], df["over_capacity_processors"].iloc[0]
         return QueueSnapshot(
             time=float(df["time"].iloc[0]),
             pending=int(df["pending"].iloc[0]),
@@ -242,6 +261,7 @@ class QueueReplay:
             free_processors=None if pd.isna(free) else int(free),
             utilization=float(df["utilization"].iloc[0]),
             pending_processors=int(df["pending_processors"].iloc[0]),
+            over_capacity_processors=None if pd.isna(over) else int(over),
         )
 
     def timeline(self, n: int = 1000, *, start: float | None = None, end: float | None = None) -> pd.DataFrame:

@@ -362,8 +362,15 @@ class SiteObservation:
 
     @property
     def free(self) -> int:
-        """Processors idle and usable: ``capacity - busy`` (negative if the trace over-subscribes), 0 when down."""
-        return 0 if self.down else self.capacity - self.busy
+        """Processors idle and usable: ``max(capacity - busy, 0)``, 0 when down; never negative
+        (:attr:`over_capacity` says when the trace holds more than the machine)."""
+        return 0 if self.down else max(self.capacity - self.busy, 0)
+
+    @property
+    def over_capacity(self) -> int:
+        """Processors the running jobs hold beyond the capacity, ``max(busy - capacity, 0)`` (the
+        trace over-subscribes the machine: clock skew, or a job larger than it)."""
+        return max(self.busy - self.capacity, 0)
 
     @property
     def n_pending(self) -> int:
@@ -561,8 +568,13 @@ class SiteTimeline:
         return self.down_profile[np.searchsorted(self.times, t, side="right") - 1]
 
     def free(self, t) -> np.ndarray:
-        """Usable idle processors at ``t``: ``capacity - busy``, 0 during a downtime."""
-        return np.where(self.is_down(t), 0, self.capacity - self.busy(t))
+        """Usable idle processors at ``t``: ``max(capacity - busy, 0)``, 0 during a downtime; never
+        negative (:meth:`over_capacity` says where the trace over-subscribes the machine)."""
+        return np.where(self.is_down(t), 0, np.maximum(self.capacity - self.busy(t), 0))
+
+    def over_capacity(self, t) -> np.ndarray:
+        """Processors held beyond the capacity at ``t``: ``max(busy - capacity, 0)``, int64, same shape as ``t``."""
+        return np.maximum(self.busy(t) - self.capacity, 0)
 
     def probe_start(self, t_submit: float, processors: int, runtime: float) -> float:
         """Earliest start of a probe inserted into the real schedule without delaying any job.

@@ -17,6 +17,19 @@ One variant is understood as what it is: Alea's extended SWF (the MetaCentrum
 list of node ids the job ran on, the queue name and the requested-property
 string. They become the columns ``node_ids`` (tuple of int), ``queue_name`` and
 ``properties``. Any other extra token is refused.
+
+Comments and checks
+-------------------
+Every line that starts with ``;`` is a comment (the specification's rule). Those
+before the first job are the header, and only they set header fields
+(``; MaxProcs: 240``); a ``;`` line after the first job (a file concatenated from
+two logs, a note added by hand) is kept in :attr:`SWFTrace.comments` with its line
+number and never changes the header (an :class:`~lab.hpc.errors.SWFWarning` says
+so when it looks like a header field). A job number that repeats is an error naming
+the id and both lines (with ``invalid="unknown"`` the later job is dropped and
+listed in ``trace.problems``). A job with more processors than the header's machine
+(``MaxProcs``, else ``MaxNodes``) is read, with an :class:`~lab.hpc.errors.SWFWarning`
+naming its line and the limit.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import warnings
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,9 +48,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from lab.hpc.errors import SWFError
+from lab.hpc.errors import SWFError, SWFWarning
 
-__all__ = ["FIELDS", "SWFHeader", "SWFTrace", "read_swf", "parse_swf", "write_swf", "load_trace"]
+__all__ = ["FIELDS", "SWFHeader", "SWFComment", "SWFTrace", "read_swf", "parse_swf", "write_swf", "load_trace"]
 
 #: The 18 SWF fields, in file order, named as in the specification.
 FIELDS: tuple[str, ...] = (
@@ -116,6 +130,26 @@ class SWFHeader(BaseModel):
 
 
 @dataclass(frozen=True)
+class SWFComment:
+    """A ``;`` line after the first job: kept, never read as a header field.
+
+    Attributes
+    ----------
+    line : int
+        1-based line number in the file.
+    text : str
+        The line verbatim (without its newline).
+    before_job : int
+        Position in ``trace.jobs`` of the job line that follows it (``len(jobs)`` at the end),
+        so :func:`write_swf` puts it back where it was.
+    """
+
+    line: int
+    text: str
+    before_job: int
+
+
+@dataclass(frozen=True)
 class SWFTrace:
     """A parsed SWF trace.
 
@@ -129,9 +163,12 @@ class SWFTrace:
     path : pathlib.Path or None
         Where it was read from.
     problems : tuple of SWFError
-        Values set to unknown because ``invalid="unknown"`` was asked (empty otherwise).
+        What ``invalid="unknown"`` let through, in file order: values set to unknown, and later
+        jobs dropped because their job number repeats an earlier one (empty otherwise).
     extension : {"alea"} or None
         The SWF variant the lines follow.
+    comments : tuple of SWFComment
+        The ``;`` lines after the first job, in file order (the header's are in ``header.lines``).
     """
 
     jobs: pd.DataFrame
@@ -139,6 +176,7 @@ class SWFTrace:
     path: Path | None = None
     problems: tuple[SWFError, ...] = field(default=())
     extension: Literal["alea"] | None = None
+    comments: tuple[SWFComment, ...] = field(default=())
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -194,16 +232,27 @@ def read_swf(path: str | Path, *, invalid: Literal["raise", "unknown"] = "raise"
         not an integer literal where an integer is required, negative other than -1):
         raise :class:`~lab.hpc.errors.SWFError` (default), or keep the job,
         mark that value unknown and record the error in ``trace.problems``.
+        A job number that repeats is such a value too: raised (naming the id and both lines),
+        or the later job dropped and recorded in ``trace.problems``.
         Structural faults (wrong number of fields, bad header, no jobs, not text) always raise.
 
     Raises
     ------
     SWFError
         With the file, 1-based line number and field name, e.g.
-        ``theta.swf, line 12, field 'run_time': negative value -5; SWF allows -1 (unknown) only``;
+        ``theta.swf, line 12, field 'run_time': negative value -5; SWF allows -1 (unknown) only``
+        or ``line 9, field 'job_id': job id 4 repeats line 6``;
         also for a file that is not UTF-8 text or a ``.gz`` that is not (complete) gzip.
     FileNotFoundError
         The file does not exist.
+
+    Warns
+    -----
+    SWFWarning
+        A job uses or asks for more processors than the header's ``MaxProcs`` (else
+        ``MaxNodes``): one warning per file naming the first such line, the job and the limit
+        (``warning.lines`` lists them all); a ``;`` line after the first job that looks like a
+        header field (kept as a comment, not read).
     """
     path = Path(path)
     try:
@@ -284,6 +333,7 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
     node_ids: list[tuple[int, ...]] = []
     extension: str | None = None
     header: SWFHeader | None = None
+    comments: list[SWFComment] = []
 
     def fault(err: SWFError) -> SWFError:
         # Report the first bad line in file order: a bad value on an earlier job line comes first.
@@ -297,9 +347,10 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
         if not stripped:
             continue
         if stripped.startswith(";"):
-            if rows:
-                raise fault(SWFError("header line after the first job; ';' lines belong at the top", path=path, line=lineno))
-            header_lines.append((lineno, line))
+            if rows:  # a comment, not header: header fields come from the header block only
+                comments.append(SWFComment(line=lineno, text=line, before_job=len(rows)))
+            else:
+                header_lines.append((lineno, line))
             continue
         if header is None:  # header faults come before any job line's
             header = _parse_header(header_lines, path)
@@ -341,13 +392,95 @@ def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
         reason = "empty file: no header and no jobs" if not header_lines else "no jobs: the file has only header lines"
         raise SWFError(reason, path=path)
     problems: list[SWFError] = []
-    columns = _convert(rows, np.asarray(linenos), path=path, invalid=invalid, problems=problems)
+    lines = np.asarray(linenos)
+    columns = _convert(rows, lines, path=path, invalid=invalid, problems=problems)
     jobs = pd.DataFrame(columns)
     if extension == "alea":
         jobs["node_ids"] = pd.Series(node_ids, dtype=object)
         jobs["queue_name"] = pd.array([e[1] for e in extras], dtype="string")
         jobs["properties"] = pd.array([e[2] for e in extras], dtype="string")
-    return SWFTrace(jobs=jobs, header=header, path=path, problems=tuple(problems), extension=extension)
+    keep = _repeated_ids(jobs["job_id"], lines, path=path, invalid=invalid, problems=problems)
+    if not keep.all():
+        jobs = jobs[keep].reset_index(drop=True)
+        lines = lines[keep]
+        kept_before = np.concatenate([[0], np.cumsum(keep)])  # jobs kept before each original position
+        comments = [SWFComment(c.line, c.text, int(kept_before[c.before_job])) for c in comments]
+        problems.sort(key=lambda e: e.line or 0)
+    _warn_comment_headers(comments, path)
+    _warn_oversized(jobs, lines, header, path)
+    return SWFTrace(jobs=jobs, header=header, path=path, problems=tuple(problems), extension=extension, comments=tuple(comments))
+
+
+def _where(path: Path | None) -> str:
+    return str(path) if path is not None else "<swf text>"
+
+
+def _repeated_ids(ids: pd.Series, lines: np.ndarray, *, path: Path | None, invalid: str, problems: list) -> np.ndarray:
+    """Which jobs to keep (bool, shape ``(n_jobs,)``): all, unless a job number repeats an earlier one.
+
+    ``invalid="raise"``: the first repeat in file order raises :class:`SWFError` naming the id and
+    both lines; ``"unknown"``: every repeat is dropped and recorded in ``problems``.
+    """
+    known = ~ids.isna().to_numpy()
+    values = ids.to_numpy(dtype=np.int64, na_value=-1)
+    repeat = np.zeros(len(ids), dtype=bool)
+    repeat[known] = pd.Series(values[known]).duplicated(keep="first").to_numpy()
+    if not repeat.any():
+        return np.ones(len(ids), dtype=bool)
+    first_line = {}
+    for i in np.flatnonzero(known & ~repeat):
+        first_line.setdefault(int(values[i]), int(lines[i]))
+    for i in np.flatnonzero(repeat):
+        job, line, earlier = int(values[i]), int(lines[i]), first_line[int(values[i])]
+        if invalid == "raise":
+            raise SWFError(f"job id {job} repeats line {earlier} (job ids must be unique)", path=path, line=line, field="job_id")
+        problems.append(SWFError(f"job id {job} repeats line {earlier}; this later job was dropped", path=path, line=line, field="job_id"))
+    return ~repeat
+
+
+def _warn_comment_headers(comments: list[SWFComment], path: Path | None) -> None:
+    """One :class:`SWFWarning` if ``;`` lines after the first job look like header fields (not read)."""
+    looks = [c for c in comments if (m := _HEADER_RE.match(c.text.strip())) and (m.group(1) in _HEADER_KEYS or m.group(1) in ("Queue", "Partition"))]
+    if looks:
+        first = looks[0]
+        more = f" ({len(looks)} such lines)" if len(looks) > 1 else ""
+        warnings.warn(
+            SWFWarning(
+                f"{_where(path)}, line {first.line}: {first.text.strip()[:80]!r} comes after the first job, so it is kept as a comment; "
+                f"header fields are read from the header block only{more}",
+                path=path, lines=tuple(c.line for c in looks), field=_HEADER_RE.match(first.text.strip()).group(1),
+            ),
+            stacklevel=4,
+        )
+
+
+def _warn_oversized(jobs: pd.DataFrame, lines: np.ndarray, header: SWFHeader, path: Path | None) -> None:
+    """One :class:`SWFWarning` if a job uses or asks for more processors than the header's machine.
+
+    The machine is ``MaxProcs``, else ``MaxNodes`` (as :class:`~lab.hpc.queue.QueueReplay`'s capacity).
+    """
+    key, limit = next(((k, v) for k, v in (("MaxProcs", header.max_procs), ("MaxNodes", header.max_nodes)) if v is not None and v > 0), (None, None))
+    if limit is None or not len(jobs):
+        return
+    over = {}
+    for name in ("allocated_processors", "requested_processors"):
+        over[name] = (jobs[name] > limit).fillna(False).to_numpy(dtype=bool)
+    any_over = over["allocated_processors"] | over["requested_processors"]
+    if not any_over.any():
+        return
+    i = int(np.flatnonzero(any_over)[0])
+    name = "allocated_processors" if over["allocated_processors"][i] else "requested_processors"
+    count = int(any_over.sum())
+    job = jobs["job_id"].iloc[i]
+    more = f"; {count} jobs in all" if count > 1 else ""
+    warnings.warn(
+        SWFWarning(
+            f"{_where(path)}, line {int(lines[i])}: job {'unknown' if pd.isna(job) else int(job)} has {name} = {int(jobs[name].iloc[i])}, "
+            f"more than the header's {key}: {limit}{more} (a replay of this trace goes over capacity)",
+            path=path, lines=tuple(int(x) for x in lines[any_over]), field=name,
+        ),
+        stacklevel=4,
+    )
 
 
 def _convert(rows: list[list[str]], linenos: np.ndarray, *, path, invalid: str, problems: list) -> dict[str, pd.api.extensions.ExtensionArray]:
@@ -418,10 +551,11 @@ def _format_column(series: pd.Series) -> list[str]:
 def write_swf(trace: SWFTrace, path: str | Path) -> Path:
     """Write a trace as SWF (gzip-compressed when ``path`` ends in ``.gz``).
 
-    Unknown values are written as -1; the header's verbatim ``lines`` come
+    Unknown values are written as -1; the comments after the first job go back between the
+    jobs they were read between; the header's verbatim ``lines`` come
     first (when a trace has them they are the header: to write edited typed header
     fields, pass a header with ``lines=[]`` and it is rendered from the fields); Alea-extended traces keep their three extra tokens. Reading the
-    file back with :func:`read_swf` gives an equal ``jobs`` table and header.
+    file back with :func:`read_swf` gives an equal ``jobs`` table, header and comment texts.
     The file is written to a temporary name and renamed into place, so an
     existing file is never left half-written.
 
@@ -437,7 +571,10 @@ def write_swf(trace: SWFTrace, path: str | Path) -> Path:
         cols.append([str(v) for v in trace.jobs["queue_name"]])
         cols.append([str(v) for v in trace.jobs["properties"]])
     header = trace.header.lines or _synthesize_header(trace.header)
-    body = "\n".join([*header, *(" ".join(parts) for parts in zip(*cols))]) + "\n"
+    job_lines = [" ".join(parts) for parts in zip(*cols)]
+    for comment in reversed(sorted(trace.comments, key=lambda c: c.before_job)):  # back where they were, in file order
+        job_lines.insert(min(comment.before_job, len(job_lines)), comment.text)
+    body = "\n".join([*header, *job_lines]) + "\n"
     tmp = path.with_name(path.name + ".tmp")
     if path.suffix == ".gz":
         with gzip.open(tmp, "wt", encoding="utf-8") as fh:
