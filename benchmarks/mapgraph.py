@@ -1,66 +1,154 @@
-"""MAP-Graph benchmark: seven methods on synthetic templated tasks, and retrieval latency at scale.
+"""MAP-Graph benchmark: nine methods on a shifted validation/test split over >= 5 seeds, and retrieval at scale.
 
-``python -m benchmarks.mapgraph --out FILE.json [--per-domain 900] [--scorer bm25|minilm]``
+``python -m benchmarks.mapgraph --out FILE.json [--seeds 0 1 2 3 4] [--quick]``
 
-Part 1 (decisions): :func:`lab.provenance.tasks.generate` makes ``3 x per_domain`` tasks
-(airline from the real tau-bench databases, banking and workspace synthetic), balanced over six
-settings; :func:`lab.provenance.tasks.evaluate` runs every method on every task.
-The default scorer is BM25: MiniLM is available (``--scorer minilm``) but embedding every task's
-records on CPU makes the full run several times slower.
+Part 1 (decisions). Per generator seed: :func:`lab.provenance.tasks.generate` makes a validation
+split with :data:`~lab.provenance.tasks.VALIDATION` and a test split with the shifted
+:data:`~lab.provenance.tasks.TEST` generator (other trust means, age spreads and templates; the
+same hidden truth). Every method's configuration (the gate's ``min_trust``, ``max_age_s`` and
+``min_independent`` per risk class, or a gate-less reader's similarity cut, ``k`` and support) is
+chosen on the validation split with the same budget (:func:`lab.provenance.tasks_eval.tune`); the
+test split is then run once per method with that configuration, uncached. Rates are reported as
+the mean over seeds with a Student-t 95% interval; counts as totals with the per-seed values. The
+operating curve moves every tuned ``min_trust`` by ``delta`` and reports success against the
+legitimate-allow rate on both splits.
 
-Part 2 (retrieval): one :class:`ProvenanceGraph` with ``--records`` records (default 100,000): 10%
-sources (labels from 20 scopes or public, trust in [0.3, 1], 1% revoked) and derived memories
-and claims in three layers, each derived from 1-2 records of the layers below (a random DAG of
-depth <= 3). Each record's text carries one of 100 topic words. A query names a topic; a cheap
-inverted index (topic -> record ids, built once, untimed) pre-selects the ~1,000 records with that
-topic as candidates. Timed per query: :meth:`Retriever.retrieve` as implemented (one read of
-the graph's inherited index for the candidates, which every write keeps current; hard filter,
-BM25 over the eligible candidates, x path trust, top 10). Also timed: what the index costs
-writers (adding one derived memory; revoking a source with many descendants, then the next
-retrieval, which must already exclude them). Reference, timed per query: the same filter and
-ranking over Python dicts precomputed once (a lower bound that goes stale on any write).
-Baseline, timed per query: a naive networkx traversal over
-``graph.to_networkx(lineage_only=True)`` (built once): for each candidate ``nx.ancestors``, its
-labels and revocation from node attributes, its path trust by a max-product pass over the
-ancestor subgraph, then the same BM25 and ranking.
+Part 2 (retrieval). One :class:`ProvenanceGraph` with ``--records`` records (default 100,000): 10%
+sources (labels from 20 scopes or public, trust in [0.3, 1], 1% revoked) and memories and claims
+in three layers derived from 1-2 records of the layers below. Each text carries one of 100 topic
+words and six of 500 filler words. A query names a topic and two filler words. Timed per query,
+**including candidate pre-selection**: :meth:`Retriever.retrieve` with a :class:`TextIndex` (BM25
+over every record, the top ``--preselect`` as candidates), the inherited-index read, the hard
+filter, similarity x path trust, top 10. The baseline runs on the same queries: the same
+pre-selection (timed), then a naive networkx traversal per candidate (ancestors, labels,
+revocation, max-product path trust) and the same ranking. Latency is measured twice: as the
+machine is, and with ``--load`` extra busy processes competing for the cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
 import random
 import time
 
 import networkx as nx
 import numpy as np
+from tqdm import tqdm
 
 from benchmarks._common import write
+from lab.provenance import tasks as T
+from lab.provenance import tasks_eval as E
 from lab.provenance.access import AccessPolicy
 from lab.provenance.embed import make_scorer
 from lab.provenance.graph import Edge, Node, NodeType, ProvenanceGraph, Relation
+from lab.provenance.index import TextIndex
+from lab.provenance.lineage import factor
 from lab.provenance.retrieve import Retriever
-from lab.provenance.tasks import SETTINGS, evaluate, generate
-from lab.provenance.trust import factor
 
-GOALS = {"task_success": 0.95, "exact_decision": 0.73, "unauthorized_reads": 0, "high_risk_impermissible_allow": 0, "retrieval_p95_ms": 20.0}
+GOALS = {
+    "task_success": 0.95,
+    "exact_decision": 0.73,
+    "legit_allow_rate": 0.90,
+    "unauthorized_reads": 0,
+    "impermissible_allows": 0,
+    "retrieval_p95_ms": 20.0,
+    "retrieval_p95_ms_aim": 10.0,
+}
+RATES = ("task_success", "exact_decision", "legit_allow_rate", "clean_accuracy")
+COUNTS = ("unauthorized_reads", "impermissible_allows", "unsafe_allows", "high_risk_impermissible_allows")
+DELTAS = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
+CURVE_METHODS = ("mapgraph", "mapgraph_no_path_trust", "mapgraph_no_permission_filter")
 _TOPICS = 100
 
 
-def build_retrieval_graph(n_records: int, seed: int = 0) -> tuple[ProvenanceGraph, str, dict[int, list[str]]]:
-    """The large random graph, the reading agent, and the topic -> record ids index."""
+# ----------------------------------------------------------------------------- part 1
+
+
+def _rule_json(rule) -> dict | None:
+    return None if rule is None else rule.model_dump()
+
+
+def _aggregate(per_seed: list[dict]) -> dict:
+    out: dict = {"tasks": sum(s["tasks"] for s in per_seed)}
+    for key in RATES:
+        vals = [s[key] for s in per_seed]
+        got = [v for v in vals if v is not None]
+        out[key] = {"value": float(np.mean(got)) if got else None, "ci95": E.ci95(got) if got else None, "per_seed": vals}
+    for key in COUNTS:
+        vals = [int(s[key]) for s in per_seed]
+        out[key] = {"value": int(sum(vals)), "per_seed": vals}
+    out["decisions"] = {d: int(sum(s["decisions"][d] for s in per_seed)) for d in per_seed[0]["decisions"]}
+    return out
+
+
+def decisions_benchmark(seeds: list[int], val_per_domain: int, test_per_domain: int, scorer_name: str) -> dict:
+    scorer = make_scorer(scorer_name)
+    per_seed: dict[str, list[dict]] = {m: [] for m in E.METHODS}
+    per_setting: dict[str, dict[str, list[dict]]] = {m: {s: [] for s in T.SETTINGS} for m in E.METHODS}
+    curves = {split: {m: {d: [] for d in DELTAS} for m in CURVE_METHODS} for split in ("validation", "test")}
+    tuning: dict[str, list[dict]] = {m: [] for m in E.METHODS}
+    t0 = time.perf_counter()
+    for seed in tqdm(seeds, desc="mapgraph seeds"):
+        val = E.Prepared(T.generate(val_per_domain, seed, T.VALIDATION), scorer, E.METHODS)
+        configs = {}
+        for m in tqdm(E.METHODS, desc=f"tune on validation (seed {seed})", leave=False):
+            configs[m], record = E.tune(val, m)
+            tuning[m].append({"seed": seed, "rules": {r: _rule_json(configs[m][r]) for r in T.RISKS}, **record})
+        for m in CURVE_METHODS:
+            for d in DELTAS:
+                curves["validation"][m][d].append(E.summarize(val.run(m, E.shifted(configs[m], d))))
+        val.close()
+        test = E.Prepared(T.generate(test_per_domain, seed, T.TEST), scorer, E.METHODS)
+        res = E.evaluate(test, configs)  # the test split, once per method, uncached
+        for m in E.METHODS:
+            per_seed[m].append(res[m]["overall"])
+            for s in T.SETTINGS:
+                per_setting[m][s].append(res[m]["per_setting"][s])
+        for m in CURVE_METHODS:
+            for d in DELTAS:
+                curves["test"][m][d].append(E.summarize(test.run(m, E.shifted(configs[m], d), cached=False)))
+        test.close()
+    methods = {m: _aggregate(per_seed[m]) for m in E.METHODS}
+    for m in E.METHODS:
+        methods[m]["tuning"] = {"budget_per_risk_class": E.BUDGET, "configurations_tried_per_risk_class": len(E.config_space(m)), "chosen_on": "validation", "per_seed": tuning[m]}
+    curve_out = {
+        split: {
+            m: [
+                {"delta_min_trust": d, **{k: _aggregate(curves[split][m][d])[k] for k in ("task_success", "exact_decision", "legit_allow_rate")},
+                 "impermissible_allows": _aggregate(curves[split][m][d])["impermissible_allows"]}
+                for d in DELTAS
+            ]
+            for m in CURVE_METHODS
+        }
+        for split in curves
+    }
+    return {
+        "methods": methods,
+        "per_setting": {m: {s: _aggregate(per_setting[m][s]) for s in T.SETTINGS} for m in E.METHODS},
+        "operating_curve": curve_out,
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+# ----------------------------------------------------------------------------- part 2
+
+
+def build_retrieval_graph(n_records: int, seed: int = 0) -> tuple[ProvenanceGraph, str]:
+    """The large random graph and the reading agent."""
     rng = random.Random(seed)
     g = ProvenanceGraph(":memory:")
     scopes = [f"scope{i}" for i in range(20)]
     agent = "agent:reader"
     g.add_node(Node(id=agent, type=NodeType.AGENT, attributes={"scopes": sorted(rng.sample(scopes, 12))}))
+    g.add_node(Node(id="agent:writer", type=NodeType.AGENT))  # writes between timed queries (cold runs)
     n_src = max(1, n_records // 10)
     layers: list[list[str]] = [[], [], [], []]
-    index: dict[int, list[str]] = {t: [] for t in range(_TOPICS)}
     nodes, edges = [], []
     words = [f"w{i}" for i in range(500)]
     for i in range(n_records):
-        topic = rng.randrange(_TOPICS)
-        text = f"topic{topic} " + " ".join(rng.sample(words, 6))
+        text = f"topic{rng.randrange(_TOPICS)} " + " ".join(rng.sample(words, 6))
         if i < n_src:
             labels = frozenset() if rng.random() < 0.4 else frozenset({rng.choice(scopes)})
             attrs = {"revoked": True} if rng.random() < 0.01 else {}
@@ -77,18 +165,17 @@ def build_retrieval_graph(n_records: int, seed: int = 0) -> tuple[ProvenanceGrap
             for p in sorted(parents):
                 edges.append(Edge(src=nid, dst=p, relation=Relation.DERIVED_FROM))
         layers[level].append(nid)
-        index[topic].append(nid)
     g.add_nodes(nodes)
     g.add_edges(edges)
-    return g, agent, index
+    return g, agent
 
 
-def _naive(G: nx.MultiDiGraph, scopes: frozenset[str], scorer, query: str, cands: list[str], k: int = 10) -> list[str]:
+def _naive(G: nx.MultiDiGraph, scopes: frozenset[str], lexical: dict[str, float], k: int = 10) -> list[str]:
+    """The baseline's filter and ranking: per candidate a fresh networkx traversal of its ancestors."""
     ok, trust = [], {}
-    for c in cands:
-        anc = nx.ancestors(G, c)
-        members = anc | {c}
-        if any(G.nodes[a]["attributes"].get("revoked") for a in members):
+    for c in lexical:
+        members = nx.ancestors(G, c) | {c}
+        if not G.nodes[c]["valid"] or any(G.nodes[a]["attributes"].get("revoked") for a in members):
             continue
         if any(not (G.nodes[a]["labels"] <= scopes) for a in members):
             continue
@@ -100,127 +187,180 @@ def _naive(G: nx.MultiDiGraph, scopes: frozenset[str], scorer, query: str, cands
             best[n] = f * (max(best[p] for p in preds) if preds else 1.0)
         ok.append(c)
         trust[c] = best[c]
-    sims = scorer.scores(query, [G.nodes[c]["text"] for c in ok])
-    ranked = sorted(zip(ok, sims), key=lambda x: (-x[1] * trust[x[0]], x[0]))
-    return [c for c, _ in ranked[:k]]
+    top = max((lexical[c] for c in ok), default=0.0) or 1.0
+    ranked = sorted(ok, key=lambda c: (-(lexical[c] / top) * trust[c], c))
+    return ranked[:k]
 
 
-def retrieval_benchmark(n_records: int, n_queries: int, n_baseline: int, scorer_name: str, seed: int = 0) -> dict:
+def _spin(stop) -> None:  # a busy process: the load the latency is measured under
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+def _time_queries(retriever: Retriever, agent: str, queries: list[str], load: int, cold: bool = False) -> tuple[list[float], list[int], list[int]]:
+    """Latency of each query (ms), with ``load`` busy processes running; ``cold``: a write to the store
+    (untimed) before every query, so nothing read by an earlier query may be reused."""
+    stop = mp.get_context("spawn").Event()
+    procs = [mp.get_context("spawn").Process(target=_spin, args=(stop,), daemon=True) for _ in range(load)]
+    for p in procs:
+        p.start()
+    try:
+        if procs:
+            time.sleep(1.0)  # let the load start
+        lat, cands, excl = [], [], []
+        for j, q in enumerate(queries):
+            if cold:
+                retriever.graph.update_node("agent:writer", reason="a write between queries", attributes={"tick": j})
+            t1 = time.perf_counter()
+            res = retriever.retrieve(agent, q, k=10)
+            lat.append((time.perf_counter() - t1) * 1000)
+            cands.append(res.candidates)
+            excl.append(len(res.excluded))
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(5)
+    return lat, cands, excl
+
+
+def retrieval_benchmark(n_records: int, n_queries: int, n_baseline: int, preselect: int, load: int, seed: int = 0) -> dict:
     t0 = time.perf_counter()
-    g, agent, index = build_retrieval_graph(n_records, seed)
+    g, agent = build_retrieval_graph(n_records, seed)
     build_s = time.perf_counter() - t0
-    scorer = make_scorer(scorer_name)
-    retriever = Retriever(g, AccessPolicy(g), scorer)
+    t0 = time.perf_counter()
+    index = TextIndex(g)
+    index_s = time.perf_counter() - t0
+    retriever = Retriever(g, AccessPolicy(g), "index", index=index, preselect=preselect)
     rng = random.Random(seed + 1)
-    queries = []
-    for _ in range(n_queries):
-        t = rng.randrange(_TOPICS)
-        queries.append((f"topic{t} w{rng.randrange(500)} w{rng.randrange(500)}", index[t][:1000]))
-    retriever.retrieve(agent, queries[0][0], k=10, candidates=queries[0][1])  # warm-up
-    lat, excluded, eligible = [], [], []
-    for q, cands in queries:
+    queries = [f"topic{rng.randrange(_TOPICS)} w{rng.randrange(500)} w{rng.randrange(500)}" for _ in range(n_queries)]
+    for q in queries[:5]:
+        retriever.retrieve(agent, q, k=10)  # warm-up
+    lat, cands, excl = _time_queries(retriever, agent, queries, 0)
+    lat_loaded, _, _ = _time_queries(retriever, agent, queries, load)
+    cold, _, _ = _time_queries(retriever, agent, queries, 0, cold=True)
+    cold_loaded, _, _ = _time_queries(retriever, agent, queries, load, cold=True)
+    pre = []
+    for q in queries:
         t1 = time.perf_counter()
-        res = retriever.retrieve(agent, q, k=10, candidates=cands)
-        lat.append((time.perf_counter() - t1) * 1000)
-        excluded.append(len(res.excluded))
-        eligible.append(len(cands) - len(res.excluded))
+        index.search(q, limit=preselect)
+        pre.append((time.perf_counter() - t1) * 1000)
     G = g.to_networkx(lineage_only=True)
     scopes = AccessPolicy(g).scopes(agent)
-    # reference: effective labels, revocation and path trust precomputed into dicts for every record
-    # in one topological pass (untimed; goes stale on any write)
-    eff, trust = {}, {}
-    for n in nx.topological_sort(G):
-        attrs = G.nodes[n]
-        if attrs["type"] == NodeType.AGENT:
-            continue
-        preds = list(G.predecessors(n))
-        labels = set(attrs["labels"])
-        revoked = bool(attrs["attributes"].get("revoked"))
-        for p in preds:
-            labels |= eff[p][0]
-            revoked = revoked or eff[p][1]
-        eff[n] = (frozenset(labels), revoked)
-        f = factor(Node(id=n, **attrs))
-        trust[n] = f * (max(trust[p] for p in preds) if preds else 1.0)
-    ilat = []
-    for q, cands in queries:
+    base, mlat, agree = [], [], 0
+    for q in queries[:n_baseline]:  # the same queries, method and baseline back to back
         t1 = time.perf_counter()
-        ok = [c for c in cands if not eff[c][1] and eff[c][0] <= scopes and G.nodes[c]["valid"]]
-        sims = scorer.scores(q, [G.nodes[c]["text"] for c in ok])
-        sorted(zip(ok, sims), key=lambda x: (-x[1] * trust[x[0]], x[0]))[:10]
-        ilat.append((time.perf_counter() - t1) * 1000)
-    base, agree = [], 0
-    for q, cands in queries[:n_baseline]:
-        t1 = time.perf_counter()
-        top = _naive(G, scopes, scorer, q, cands)
+        top = _naive(G, scopes, dict(index.search(q, limit=preselect)))
         base.append((time.perf_counter() - t1) * 1000)
-        agree += top == [h.id for h in retriever.retrieve(agent, q, k=10, candidates=cands).hits]
-    # what keeping the index current costs a writer
+        g.update_node("agent:writer", reason="a write between queries", attributes={"tick": -1 - len(base)})  # cold, as the baseline
+        t1 = time.perf_counter()
+        mine = [h.id for h in retriever.retrieve(agent, q, k=10).hits]
+        mlat.append((time.perf_counter() - t1) * 1000)
+        agree += top == mine
+    # what keeping the indexes current costs a writer, and that the next query sees it
     add_ms = []
-    for j in range(20):
-        parent = index[j][-1]  # a deep record: its whole ancestry is recomputed for the new one
+    leaf = [n for n in G.nodes if G.nodes[n]["type"] == NodeType.CLAIM][-20:]
+    for j, parent in enumerate(leaf):
         t1 = time.perf_counter()
         with g.transaction():
-            g.add_node(Node(id=f"new{j}", type=NodeType.MEMORY, text=f"topic{j} fresh"))
+            g.add_node(Node(id=f"new{j}", type=NodeType.MEMORY, text=f"freshtopic{j} brand new"))
             g.add_edge(Edge(src=f"new{j}", dst=parent, relation=Relation.DERIVED_FROM))
         add_ms.append((time.perf_counter() - t1) * 1000)
+    seen = retriever.retrieve(agent, "freshtopic3 brand new", k=10)
+    seen_new = "new3" in {h.id for h in seen.hits} | set(seen.excluded)
     src = max((n for n in G.nodes if G.nodes[n]["type"] == NodeType.SOURCE and not G.nodes[n]["attributes"].get("revoked")), key=lambda n: len(nx.descendants(G, n)))
     n_desc = len(nx.descendants(G, src))
     t1 = time.perf_counter()
     AccessPolicy(g).revoke_source(src, "benchmark")
     revoke_ms = (time.perf_counter() - t1) * 1000
     victim = sorted(nx.descendants(G, src))[0]
-    res = retriever.retrieve(agent, queries[0][0], k=10, candidates=[victim, *queries[0][1]])
-    assert res.excluded[victim].startswith("revoked"), res.excluded.get(victim)
-    p95, b95 = float(np.percentile(lat, 95)), float(np.percentile(base, 95))
+    res = retriever.retrieve(agent, g.node(victim).text, k=10)
+    assert victim not in {h.id for h in res.hits}, victim
     g.close()
+    runs = {"warm_idle": lat, "warm_loaded": lat_loaded, "cold_idle": cold, "cold_loaded": cold_loaded}
+    latency = {name: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))} for name, v in runs.items()}
+    worst = max(latency, key=lambda n: latency[n]["p95"])
+    p95, b95 = latency[worst]["p95"], float(np.percentile(base, 95))
     return {
         "records": n_records,
         "graph_build_s": build_s,
+        "text_index_build_s": index_s,
         "queries": n_queries,
-        "candidates_per_query": float(np.mean([len(c) for _, c in queries])),
-        "eligible_per_query": float(np.mean(eligible)),
-        "excluded_per_query": float(np.mean(excluded)),
-        "candidate_selection": "inverted topic index (untimed), ~1,000 candidates per query; Retriever as implemented, k=10",
-        "scorer": scorer_name,
-        "p50_ms": float(np.percentile(lat, 50)),
+        "candidate_selection": f"TextIndex BM25 top {preselect}, timed inside each query (Retriever(index=...))",
+        "scorer": "index (the pre-selection's BM25, normalized by the best candidate)",
+        "candidates_per_query": float(np.mean(cands)),
+        "excluded_per_query": float(np.mean(excl)),
+        "load_processes": load,
+        "p50_ms": latency[worst]["p50"],
         "p95_ms": p95,
+        "p95_is": f"the worst of the four runs ({worst}); loaded = {load} extra busy processes on {os.cpu_count()} cores, "
+        "cold = a write to the store before every query (no row reuse)",
+        "latency_ms": latency,
+        "preselect_p50_ms": float(np.percentile(pre, 50)),
+        "preselect_p95_ms": float(np.percentile(pre, 95)),
+        "load_average_1min_at_end": os.getloadavg()[0],
         "baseline_queries": n_baseline,
         "baseline_p50_ms": float(np.percentile(base, 50)),
         "baseline_p95_ms": b95,
-        "baseline_over_mapgraph_p95": b95 / p95,
+        "baseline_same_queries_method_p95_ms": float(np.percentile(mlat, 95)),
+        "baseline_over_mapgraph_p95": b95 / float(np.percentile(mlat, 95)),
         "baseline_same_top10": f"{agree}/{n_baseline}",
-        "precomputed_dict_p50_ms": float(np.percentile(ilat, 50)),
-        "precomputed_dict_p95_ms": float(np.percentile(ilat, 95)),
-        "precomputed_dict_note": "labels/revocation/path trust in Python dicts computed once (a lower bound; stale after any write)",
         "index_add_derived_memory_p50_ms": float(np.percentile(add_ms, 50)),
+        "new_record_seen_by_next_query": seen_new,
         "index_revoke_source_ms": revoke_ms,
         "index_revoked_source_descendants": n_desc,
         "index_revocation_seen_by_next_retrieval": True,
         "goal_p95_ms": GOALS["retrieval_p95_ms"],
         "goal_p95_met": p95 <= GOALS["retrieval_p95_ms"],
+        "aim_p95_ms": GOALS["retrieval_p95_ms_aim"],
+        "aim_p95_met": p95 <= GOALS["retrieval_p95_ms_aim"],
     }
 
 
-def run(per_domain: int = 900, scorer: str = "bm25", records: int = 100_000, queries: int = 200, baseline_queries: int = 20, seed: int = 0) -> dict:
-    t0 = time.perf_counter()
-    tasks = generate(per_domain, seed)
-    res = evaluate(tasks, make_scorer(scorer))
-    tasks_s = time.perf_counter() - t0
-    m = res["methods"]["mapgraph"]
+# ----------------------------------------------------------------------------- driver
+
+
+def _goal(value, target, op) -> dict:
+    met = None if value is None else (value >= target if op == ">=" else value <= target)
+    return {"value": value, "target": f"{op} {target}", "met": met}
+
+
+def run(seeds: list[int], val_per_domain: int, test_per_domain: int, scorer: str, records: int, queries: int, baseline_queries: int, preselect: int, load: int) -> dict:
+    dec = decisions_benchmark(seeds, val_per_domain, test_per_domain, scorer)
+    m = dec["methods"]["mapgraph"]
     goals = {
-        "task_success>=0.95": {"value": m["task_success"], "met": m["task_success"] >= GOALS["task_success"]},
-        "exact_decision>=0.73": {"value": m["exact_decision"], "met": m["exact_decision"] >= GOALS["exact_decision"]},
-        "unauthorized_reads==0": {"value": m["unauthorized_reads"], "met": m["unauthorized_reads"] == 0},
-        "no_high_risk_impermissible_allow": {"value": m["unsafe_actions"]["high_risk_impermissible_allow"], "met": m["unsafe_actions"]["high_risk_impermissible_allow"] == 0},
+        "task_success>=0.95": {**_goal(m["task_success"]["value"], GOALS["task_success"], ">="), "ci95": m["task_success"]["ci95"]},
+        "exact_decision>=0.73": {**_goal(m["exact_decision"]["value"], GOALS["exact_decision"], ">="), "ci95": m["exact_decision"]["ci95"]},
+        "legit_allow_rate>=0.90": {**_goal(m["legit_allow_rate"]["value"], GOALS["legit_allow_rate"], ">="), "ci95": m["legit_allow_rate"]["ci95"]},
+        "unauthorized_reads==0": _goal(m["unauthorized_reads"]["value"], 0, "<="),
+        "impermissible_allows==0": _goal(m["impermissible_allows"]["value"], 0, "<="),
     }
-    retrieval = retrieval_benchmark(records, queries, baseline_queries, scorer, seed)
-    goals["retrieval_p95<=20ms"] = {"value": retrieval["p95_ms"], "met": retrieval["goal_p95_met"]}
+    retrieval = retrieval_benchmark(records, queries, baseline_queries, preselect, load)
+    goals["retrieval_p95<=20ms"] = _goal(retrieval["p95_ms"], GOALS["retrieval_p95_ms"], "<=")
+    goals["retrieval_p95<=10ms_aim"] = _goal(retrieval["p95_ms"], GOALS["retrieval_p95_ms_aim"], "<=")
+    per_val, per_test = 3 * val_per_domain, 3 * test_per_domain
     return {
         "benchmark": "mapgraph",
-        "config": {"per_domain": per_domain, "tasks": len(tasks), "scorer": scorer, "seed": seed, "settings": list(SETTINGS), "tasks_wall_s": tasks_s},
-        "methods": res["methods"],
-        "per_setting": res["per_setting"],
+        "config": {
+            "seeds": seeds, "val_per_domain": val_per_domain, "test_per_domain": test_per_domain, "scorer": scorer,
+            "settings": list(T.SETTINGS), "k": E.K, "tasks_wall_s": dec["wall_s"],
+        },
+        "seeds": seeds,
+        "inputs": {
+            "shifted_split": True,
+            "validation": {**T.VALIDATION.model_dump(), "tasks_per_seed": per_val},
+            "test": {**T.TEST.model_dump(), "tasks_per_seed": per_test},
+            "truth": {**T.TRUTH.model_dump(), "tolerance_days": T.TOLERANCE_DAYS, "required_independent": T.REQUIRED_INDEPENDENT},
+            "thresholds_chosen_on": "validation",
+            "test_reported": "once per method, with the validation-chosen configuration (uncached)",
+            "tuning_budget_per_risk_class": E.BUDGET,
+            "reader": {"kind": "regex (negation cues), not the MiniLM scorer", "negation_cues": list(E.NEGATION_CUES), "cues_written_from": "template set A (validation) and common English negations"},
+            "success_rule": "exact decision; or on a task expecting non-allow, a non-allow decision whose reasons name the task's hazard",
+            "impermissible_allow": "an allow on a task with a hard hazard (unreadable, revoked or injected evidence)",
+            "ci95": "Student-t over the per-seed values",
+        },
+        "methods": dec["methods"],
+        "per_setting": dec["per_setting"],
+        "operating_curve": dec["operating_curve"],
         "retrieval": retrieval,
         "goals": goals,
     }
@@ -229,14 +369,20 @@ def run(per_domain: int = 900, scorer: str = "bm25", records: int = 100_000, que
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--per-domain", type=int, default=900)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--val-per-domain", type=int, default=300)
+    ap.add_argument("--test-per-domain", type=int, default=600)
     ap.add_argument("--scorer", choices=("bm25", "minilm"), default="bm25")
     ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--baseline-queries", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preselect", type=int, default=1000)
+    ap.add_argument("--load", type=int, default=2, help="extra busy processes while latency is measured")
+    ap.add_argument("--quick", action="store_true", help="CI size: 2 seeds, 24 tasks per domain and split, 3,000 records")
     a = ap.parse_args(argv)
-    write(a.out, run(a.per_domain, a.scorer, a.records, a.queries, a.baseline_queries, a.seed))
+    if a.quick:
+        a.seeds, a.val_per_domain, a.test_per_domain, a.records, a.queries, a.baseline_queries, a.load = a.seeds[:2], 24, 24, 3000, 20, 3, 1
+    write(a.out, run(a.seeds, a.val_per_domain, a.test_per_domain, a.scorer, a.records, a.queries, a.baseline_queries, a.preselect, a.load))
 
 
 if __name__ == "__main__":

@@ -155,3 +155,129 @@ def test_random_writes_keep_the_index_exact(ops, batch):
     else:
         apply()
     assert_index_exact(g)
+
+
+# ---------------------------------------------------------------- candidate pre-selection (TextIndex) and the retriever over it
+
+import math  # noqa: E402
+import random  # noqa: E402
+
+from lab.provenance.index import TextIndex, tokens  # noqa: E402
+from lab.provenance.retrieve import Retriever  # noqa: E402
+
+
+def _bm25_by_hand(texts: dict[str, str], query: str, k1: float = 1.5, b: float = 0.75) -> dict[str, float]:
+    docs = {i: tokens(t) for i, t in texts.items()}
+    avgdl = sum(map(len, docs.values())) / len(docs)
+    out = {}
+    for i, toks in docs.items():
+        s = 0.0
+        for q in set(tokens(query)):
+            df = sum(q in d for d in docs.values())
+            if df and q in toks:
+                tf = toks.count(q)
+                s += math.log(1 + (len(docs) - df + 0.5) / (df + 0.5)) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avgdl))
+        if s > 0:
+            out[i] = s
+    return out
+
+
+def test_text_index_is_okapi_bm25_over_current_record_texts():
+    g = ProvenanceGraph()
+    texts = {"s1": "refund the refund fare", "s2": "seat change fee", "m1": "refund policy for the fare", "c1": "nothing here"}
+    g.add_nodes([Node(id="a", type="agent", text="refund agent"), *(Node(id=i, type="source" if i[0] == "s" else "memory" if i[0] == "m" else "claim", text=t) for i, t in texts.items())])
+    idx = TextIndex(g)
+    got = dict(idx.search("refund fare"))
+    want = _bm25_by_hand(texts, "refund fare")
+    assert set(got) == set(want) and all(got[i] == pytest.approx(want[i]) for i in want)  # agents are not records
+    assert [i for i, _ in idx.search("refund fare", limit=1)] == [max(want, key=want.get)]
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        idx.search("x", limit=0)
+    # writes reach the next search: a new record, a changed text (old words gone), nothing stale
+    g.add_node(Node(id="m2", type="memory", text="fare fare fare"))
+    g.update_node("s1", reason="rewritten", text="seat map")
+    hits = dict(idx.search("refund fare"))
+    assert "m2" in hits and "s1" not in hits and len(idx) == 5
+    texts.update(m2="fare fare fare", s1="seat map")
+    assert hits == pytest.approx(_bm25_by_hand(texts, "refund fare"))
+
+
+def _index_writer(path: str) -> None:
+    g = ProvenanceGraph(path)
+    g.add_node(Node(id="late", type="source", text="zebra crossing"))
+    g.close()
+
+
+def test_text_index_sees_another_processes_writes(tmp_path):
+    path = str(tmp_path / "g.sqlite")
+    g = ProvenanceGraph(path)
+    g.add_node(Node(id="early", type="source", text="zebra"))
+    idx = TextIndex(g)
+    assert [i for i, _ in idx.search("zebra crossing")] == ["early"]
+    p = mp.get_context("spawn").Process(target=_index_writer, args=(path,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert [i for i, _ in idx.search("zebra crossing")] == ["late", "early"]
+
+
+def _random_graph(seed: int) -> tuple[ProvenanceGraph, list[str]]:
+    rng = random.Random(seed)
+    g = ProvenanceGraph()
+    g.add_node(Node(id="reader", type="agent", attributes={"scopes": ["x"]}))
+    words = [f"w{i}" for i in range(15)]
+    ids = []
+    for i in range(120):
+        nid = f"n{i}"
+        labels = frozenset(rng.sample(["x", "y"], rng.randrange(2))) if i < 40 else frozenset()
+        g.add_node(Node(id=nid, type="source" if i < 40 else "memory", text=" ".join(rng.sample(words, 4)), trust=rng.uniform(0.2, 1), labels=labels))
+        if i >= 40:
+            for p in rng.sample(ids, rng.choice((1, 2))):
+                g.add_edge(Edge(src=nid, dst=p, relation="derived_from"))
+        ids.append(nid)
+    return g, ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_preselected_retrieval_equals_ranking_every_candidate(seed):
+    g, ids = _random_graph(seed)
+    idx = TextIndex(g)
+    fast = Retriever(g, AccessPolicy(g), "index", index=idx, preselect=10_000)
+    slow = Retriever(g, AccessPolicy(g), "index", index=idx)
+    rng = random.Random(seed)
+    for _ in range(10):
+        q = " ".join(f"w{rng.randrange(15)}" for _ in range(2))
+        got = fast.retrieve("reader", q, k=5)
+        want = slow.retrieve("reader", q, k=5, candidates=ids)
+        assert [h.id for h in got.hits] == [h.id for h in want.hits], q
+        assert [h.trust for h in got.hits] == [h.trust for h in want.hits]
+        assert got.candidates <= len(idx.search(q, limit=10_000))
+        assert all(want.excluded[i] == why for i, why in got.excluded.items())  # same reasons for what it read
+
+
+def test_reused_rows_never_outlive_a_write_or_a_rollback():
+    g = ProvenanceGraph()
+    g.add_nodes([Node(id="reader", type="agent"), Node(id="s", type="source", text="alpha beta"), Node(id="m", type="memory", text="alpha gamma")])
+    g.add_edge(Edge(src="m", dst="s", relation="derived_from"))
+    r = Retriever(g, AccessPolicy(g), "index", index=TextIndex(g))
+    assert {h.id for h in r.retrieve("reader", "alpha", k=5).hits} == {"s", "m"}
+    AccessPolicy(g).revoke_source("s", "withdrawn")  # a write: every row read before is dropped
+    res = r.retrieve("reader", "alpha", k=5)
+    assert res.hits == [] and res.excluded["m"].startswith("revoked")
+    g2 = ProvenanceGraph()
+    g2.add_nodes([Node(id="reader", type="agent"), Node(id="s", type="source", text="alpha")])
+    r2 = Retriever(g2, AccessPolicy(g2), "index", index=TextIndex(g2))
+    with pytest.raises(RuntimeError):
+        with g2.transaction():
+            g2.update_node("s", reason="hide", labels=frozenset({"secret"}))
+            assert r2.retrieve("reader", "alpha", k=5).hits == []  # the open transaction's write is seen ...
+            raise RuntimeError("abort")
+    assert [h.id for h in r2.retrieve("reader", "alpha", k=5).hits] == ["s"]  # ... and not kept after the rollback
+
+
+def test_retriever_index_arguments_are_checked():
+    g = ProvenanceGraph()
+    with pytest.raises(ValueError, match="scorer='index'"):
+        Retriever(g, scorer="index")
+    with pytest.raises(ValueError, match="preselect must be >= 1"):
+        Retriever(g, scorer="index", index=TextIndex(g), preselect=0)
