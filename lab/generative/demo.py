@@ -61,7 +61,7 @@ __all__ = [
     "DemoResult", "RestorationSession", "BackgroundRun", "RunCancelled", "ImageError",
     "available_priors", "load_prior", "parse_method", "method_label", "hyper_fields", "default_hyper",
     "tuned_available", "to_prior_image", "read_image_bytes", "image_png", "grid_png", "rebridge_guidance_weight",
-    "compare_methods",
+    "compare_methods", "EMPTY_OUTPUTS", "empty_reasons", "progress_text", "gallery",
 ]
 
 
@@ -718,6 +718,89 @@ class DemoResult:
         parts = [f"{k} {v['psnr']:.2f} dB / {v['ssim']:.3f}" for k, v in self.metrics.items()]
         return f"{method_label(self.method_key)} on {self.task} at {self.nfe} NFE: " + ", ".join(parts)
 
+    def png(self, name: str = "restored", scale: int = 1) -> bytes:
+        """PNG bytes of one output (``"restored"``, ``"degraded"``, ``"truth"`` or ``"bayes"``) at its own
+        resolution (the prior's ``H x W``; ``scale`` > 1 upscales by nearest neighbour), grayscale 8 bit
+        (``round(255 (x + 1) / 2)`` of the value clipped to [-1, 1]); what the demo's download offers.
+        Raises :class:`GenerativeError` for an unknown name or an output this run does not have."""
+        arr = {"restored": self.restored, "degraded": self.degraded, "truth": self.truth, "bayes": self.bayes}.get(name, _UNKNOWN)
+        if arr is _UNKNOWN:
+            raise GenerativeError(f"unknown output {name!r}; outputs: restored, degraded, truth, bayes")
+        if arr is None:
+            raise GenerativeError(f"{name}: this run has none ({empty_reasons(self)['bayes']})")
+        return image_png(arr, scale=int(scale))
+
+    def download_name(self, name: str = "restored") -> str:
+        """A file name for :meth:`png`: output, prior, task, method, NFE, seed and image, e.g.
+        ``restored_gaussian-digits_inpaint_box_rebridge_50nfe_seed0_test1.png``."""
+        info = self.image_info
+        image = f"test{info['test_index']}" if "test_index" in info else "upload"
+        method = self.method_key.replace(":", "-")
+        return f"{name}_{self.prior}_{self.task}_{method}_{self.nfe}nfe_seed{self.seed}_{image}.png"
+
+
+_UNKNOWN = object()
+
+#: why a baseline has no anchored endpoint b_bar in the demo's trajectory (it records the prior's queries only)
+_NO_ANCHOR = {
+    "flower": "Flower refines b_hat against y inside each step (b1*, its Algorithm 1) and keeps no record of it",
+    "pnp_flow": "PnP-Flow takes a gradient step on the data term, then queries the prior: it forms no anchored endpoint",
+    "ot_ode": "OT-ODE adds a guidance term to the velocity: it forms no anchored endpoint",
+    "d_flow": "D-Flow optimises the source noise through the whole ODE: it forms no anchored endpoint per step",
+}
+#: the demo's outputs that can be empty: the Bayes panel, the four step images and the two charts
+EMPTY_OUTPUTS = ("bayes", "x", "a_hat", "b_hat", "b_bar", "terms", "mismatch")
+
+
+def empty_reasons(result: "DemoResult") -> dict[str, str]:
+    """Why an output of ``result`` has nothing to draw: ``{output: reason}`` for the outputs of
+    :data:`EMPTY_OUTPUTS` that are empty (the others are absent from the dict).
+
+    ``bayes``: the prior has no exact posterior mean (a learned prior). The step images ``x``,
+    ``a_hat``, ``b_hat``, ``b_bar`` and the charts ``terms`` (defect terms) and ``mismatch``: the
+    Bayes method takes no steps; ``b_bar`` and ``terms`` exist only for ReBridge-type methods (their
+    own record); the baselines' trajectory is the prior's queries."""
+    out: dict[str, str] = {}
+    if result.bayes is None:
+        out["bayes"] = (f"no Bayes ceiling: {result.prior} is a learned prior, whose posterior mean E[x | y] "
+                        "has no closed form")
+    traj = result.trajectory
+    label = method_label(result.method_key)
+    if traj is None:
+        why = f"{label}: computed in closed form ({result.nfe} NFE), no flow steps to show"
+        return {**out, **{k: why for k in ("x", "a_hat", "b_hat", "b_bar", "terms", "mismatch")}}
+    for name in ("x", "a_hat", "b_hat", "b_bar"):
+        if name not in traj.images:
+            out[name] = f"no {name}: " + _NO_ANCHOR.get(result.method, f"{label} keeps no {name}")
+    if not traj.terms:
+        out["terms"] = (f"no defect terms: the Posterior Bridge Defect (Eq. 6) is ReBridge-Flow's; {label} minimises "
+                        "none. Its queries' measurement mismatch is on the right")
+    if not traj.mismatch:
+        out["mismatch"] = f"no measurement mismatch recorded for {label}"
+    return out
+
+
+def progress_text(done: int, total: int, elapsed: float) -> str:
+    """The demo's progress line, from tqdm's meter: ``"37/100 NFE · 0.8 s · 46.2 NFE/s · 1.4 s left"``.
+    ``total`` 0 is a closed-form run (the Bayes mean); ``elapsed`` in seconds."""
+    from tqdm import tqdm
+
+    if total <= 0:
+        return f"closed form (0 NFE) · {elapsed:.2f} s"
+    if done <= 0 or elapsed <= 0:
+        return f"0/{total} NFE · starting"
+    fmt = "{n_fmt}/{total_fmt} NFE · {elapsed_s:.1f} s · {rate_fmt}" + (" · {remaining_s:.1f} s left" if done < total else "")
+    return tqdm.format_meter(done, total, elapsed, unit=" NFE", bar_format=fmt)
+
+
+def gallery(prior: DemoPrior, n: int = 12, size: int = 48) -> list[dict]:
+    """The prior's first ``n`` held-out test images as example thumbnails: ``[{"index": int, "label": str,
+    "png": bytes}]`` (``size`` pixels, nearest-neighbour upscaled). The images come from the prior's data
+    set as :func:`load_prior` read it (scikit-learn's digits, or :mod:`lab.generative.datasets` through
+    :mod:`lab.data`); nothing is fetched."""
+    k = min(int(n), prior.test_images.shape[0])
+    return [{"index": i, "label": prior.test_names[i], "png": image_png(prior.test_images[i], size=size)} for i in range(k)]
+
 
 def _ssim(x: torch.Tensor, ref: torch.Tensor) -> float:
     try:
@@ -781,6 +864,13 @@ class RestorationSession:
             x, info = to_prior_image(image, self.prior.shape, invert, self.prior.background)
             self.truth = x[None].to(self.prior.device, self.prior.dtype)
             self.image_info = info
+
+    @property
+    def budget(self) -> int:
+        """Prior evaluations the run will report to ``progress``: ``nfe``, or 0 for a closed-form method."""
+        from lab.generative.restore import METHODS
+
+        return self.nfe if METHODS[self.method].uses_nfe else 0
 
     def _hyper(self) -> tuple[dict, str]:
         from lab.generative.restore import METHODS
