@@ -105,6 +105,10 @@ def session_results(tmp_path_factory):
                         await asyncio.sleep(0.1)
                     calls[f"status_{label}"] = st
                     calls[f"retrieve_{label}"] = await s.call_tool("retrieve_results", {"site": job["site"], "job_id": job["job_id"]})
+                calls["concurrent"] = await asyncio.gather(  # ten calls at once, as an agent host may send them
+                    *[s.call_tool("get_status", {"site": "alpha", "job_id": a1.structured_content["job_id"]}) for _ in range(5)],
+                    *[s.call_tool("retrieve_results", {"site": "beta", "job_id": b1.structured_content["job_id"]}) for _ in range(5)],
+                )
                 a_ids = {a1.structured_content["job_id"], a2.structured_content["job_id"]}
                 b_id = b1.structured_content["job_id"]
                 not_on_beta = next(i for i in sorted(a_ids) if i != b_id)
@@ -166,6 +170,9 @@ def test_valid_calls_work(session_results):
         res = r[f"retrieve_{label}"].structured_content
         assert res["state"] == "completed" and res["exit_code"] == 0 and res["stdout"].strip() == f"result of {site}"
     assert r["submit_a2"].structured_content["continuation_id"] is not None
+    assert [c.is_error for c in r["concurrent"]] == [False] * 10
+    assert {c.structured_content["state"] for c in r["concurrent"]} == {"completed"}
+    assert {c.structured_content["stdout"].strip() for c in r["concurrent"][5:]} == {"result of beta"}
     assert r["after"].structured_content["sites"][0]["name"] == "beta"
 
 
