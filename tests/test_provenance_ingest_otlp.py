@@ -127,7 +127,8 @@ def test_otlp_json_protobuf_and_hex_give_one_graph(tmp_path, export):
     (tmp_path / "trace.json").write_text(json.dumps(_hex_ids(b64)))  # OTLP/JSON as the spec writes it
     (tmp_path / "trace.pb").write_bytes(request.SerializeToString())  # OTLP protobuf, as the HTTP exporter sends it
     graphs = []
-    for source in (tmp_path / "trace.json", tmp_path / "trace.pb", b64, request.SerializeToString()):
+    snake = MessageToDict(request, preserving_proto_field_name=True)  # resource_spans, span_id, string_value
+    for source in (tmp_path / "trace.json", tmp_path / "trace.pb", b64, snake, request.SerializeToString()):
         g = ProvenanceGraph()
         report = ingest_spans(g, source)
         assert report.runs == 1

@@ -127,6 +127,7 @@ def _any_value(v: Any) -> Any:
     if len(v) != 1:
         raise _Bad(f"an OTLP AnyValue holds one typed value, got {sorted(v)}")
     (kind, x), = v.items()
+    kind = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), kind)  # protobuf field names (string_value) too
     if kind == "stringValue" and isinstance(x, str):
         return x
     if kind == "boolValue" and isinstance(x, bool):
