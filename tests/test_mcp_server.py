@@ -341,3 +341,20 @@ def test_models_refuse_paths_that_climb_or_are_absolute():
         with pytest.raises(ValueError, match="source_path"):
             skills.MoveDataInput(**base, source_path=bad)
     assert skills.MoveDataInput(**base, source_path="a/b..c/d.txt").source_path == "a/b..c/d.txt"
+
+
+def test_a_globus_sites_paths_stay_under_its_collection_path(tmp_path):
+    site = Site(
+        name="remote", scheduler="local", partitions=[Partition(name="local", max_nodes=1, max_walltime_s=600, cpus_per_node=1)],
+        data={"kind": "globus", "collection_id": "0f1e2d3c-aaaa-bbbb-cccc-000000000000", "path": "/projects/lab"},
+    )
+    fed = skills.Federation({"remote": site}, db=tmp_path / "lab.db", workdir=tmp_path / "jobs")
+    try:
+        ep = fed.endpoint("remote", field="site")
+        assert (ep.kind, ep.endpoint) == ("globus", "0f1e2d3c-aaaa-bbbb-cccc-000000000000")
+        assert ep.resolve("move_data", "destination_path", "in/./x.bin") == "/projects/lab/in/x.bin"
+        with pytest.raises(SkillArgumentError) as exc:
+            ep.resolve("move_data", "destination_path", "in/../../etc/x")
+        assert exc.value.field == "destination_path"
+    finally:
+        fed.close()
