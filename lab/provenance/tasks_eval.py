@@ -94,7 +94,7 @@ __all__ = [
     "ci95",
 ]
 
-K = 4  # records a gate method retrieves per query
+K = 5  # records a gate method retrieves per query (a task has at most 4 records on its target)
 _DAY = 86400.0
 LEGIT_ALLOW_FLOOR = 0.90
 MIN_TRUST_GRID = (0.0, 0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9)
@@ -231,6 +231,18 @@ def _filtered(ctx: TaskContext, excluded: dict[str, str]) -> set[str]:
     return cats
 
 
+class _SharedSimilarity:
+    """The similarity every method uses on a task (the scorer over all of the task's records), handed to
+    :class:`Retriever`: scoring only the eligible candidates would give BM25 other document frequencies,
+    so the ablations would differ in more than filter, trust and gate."""
+
+    def __init__(self, ctx: TaskContext):
+        self.by_text = {ctx.text[i]: ctx.sims[i] for i in ctx.records}
+
+    def scores(self, query: str, texts: list[str]) -> np.ndarray:
+        return np.asarray([self.by_text[t] for t in texts], dtype=np.float64)
+
+
 def stage1(method: str, ctx: TaskContext) -> Stage1:
     """Retrieval for ``method`` (the top ``max(K_GRID)`` for reader methods, :data:`K` for gate methods)."""
     kmax = max(K_GRID) if method in READER_METHODS else K
@@ -241,7 +253,7 @@ def stage1(method: str, ctx: TaskContext) -> Stage1:
     if method == "scoped":
         return Stage1(_top(ctx, [i for i in ctx.records if ctx.own_readable[i]], lambda i: ctx.sims[i], kmax))
     if method in ("mapgraph", "mapgraph_no_gate"):
-        res = Retriever(ctx.graph, ctx.policy, ctx.scorer).retrieve(ctx.task.agent, ctx.task.query, k=kmax, candidates=ctx.records)
+        res = Retriever(ctx.graph, ctx.policy, _SharedSimilarity(ctx)).retrieve(ctx.task.agent, ctx.task.query, k=kmax, candidates=ctx.records)
         return Stage1([h.id for h in res.hits if h.score > 0], _filtered(ctx, res.excluded))
     if method == "mapgraph_no_permission_filter":
         return Stage1(_top(ctx, ctx.records, lambda i: ctx.sims[i] * ctx.trust[i], kmax))
