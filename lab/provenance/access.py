@@ -85,6 +85,10 @@ class AccessPolicy:
     def scopes(self, agent: str) -> frozenset[str]:
         """The scopes ``agent`` holds: its own id plus its grants.
 
+        Parameters
+        ----------
+        agent : str
+
         Raises
         ------
         UnknownNodeError
@@ -158,6 +162,10 @@ class AccessPolicy:
     def effective_labels(self, node_id: str) -> frozenset[str]:
         """The node's labels united with every lineage ancestor's (empty: public).
 
+        Parameters
+        ----------
+        node_id : str
+
         Raises
         ------
         UnknownNodeError
@@ -168,6 +176,10 @@ class AccessPolicy:
         """Whether the node is revoked: itself, through a carrying parent, or by losing every parent to
         revocation (module docstring).
 
+        Parameters
+        ----------
+        node_id : str
+
         Raises
         ------
         UnknownNodeError
@@ -176,6 +188,12 @@ class AccessPolicy:
 
     def can_read(self, agent: str, node_id: str) -> tuple[bool, str]:
         """Whether ``agent`` may read ``node_id``.
+
+        Parameters
+        ----------
+        agent : str
+            An agent node id.
+        node_id : str
 
         Returns
         -------

@@ -306,11 +306,18 @@ _MAX_VARIABLES = 30_000
 
 
 class ProvenanceGraph:
-    """An append-only execution graph in one SQLite file (``":memory:"`` for a throwaway one).
+    """An append-only execution graph in one SQLite file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The SQLite file (its folder is created; WAL mode), or ``":memory:"`` for a throwaway graph. A store
+        written by an earlier version is upgraded on open (edge writers added as ``NULL``, the recorder;
+        the inherited index rebuilt).
 
     Raises
     ------
-    DuplicateNodeError, UnknownNodeError, GraphIntegrityError
+    DuplicateNodeError, UnknownNodeError, GraphIntegrityError, LineageCycleError
         As documented per method; a failed write inside :meth:`transaction` rolls the whole batch back.
     """
 
@@ -339,6 +346,7 @@ class ProvenanceGraph:
                 self._conn.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
 
     def close(self) -> None:
+        """Close the SQLite connection (the file stays; open it again with a new :class:`ProvenanceGraph`)."""
         self._conn.close()
 
     def __enter__(self) -> ProvenanceGraph:
@@ -373,16 +381,6 @@ class ProvenanceGraph:
         """Recompute the inherited rows of the dirty nodes and of everything derived from them."""
         if not self._dirty:
             return
-        agents = [r[0] for r in self._conn.execute("SELECT id FROM nodes WHERE type = 'agent' AND id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(self._dirty)),))]
-        if agents:  # an agent's trust caps what it owns and the edges it wrote: those rows change with it
-            self._dirty.update(
-                r[0]
-                for r in self._conn.execute(
-                    "SELECT id FROM nodes WHERE owner IN (SELECT value FROM json_each(?1)) "
-                    "UNION SELECT child FROM lineage WHERE writer IN (SELECT value FROM json_each(?1))",
-                    (json.dumps(agents),),
-                )
-            )
         dirty = json.dumps(sorted(self._dirty))
         affected = [
             r[0]
@@ -403,10 +401,32 @@ class ProvenanceGraph:
         )
         self._dirty.clear()
 
+    def _writer_changed(self, agent: str) -> None:
+        """An agent's trust caps what it owns and the lineage edges it wrote: mark those rows for recomputation."""
+        self._dirty.update(
+            r[0] for r in self._conn.execute("SELECT id FROM nodes WHERE owner = ?1 UNION SELECT child FROM lineage WHERE writer = ?1", (agent,))
+        )
+
     # -- writes
 
     def add_node(self, node: Node) -> Node:
-        """Add a new node. Raises :class:`DuplicateNodeError` if the id exists."""
+        """Add a new node (version 1, reason ``"created"``).
+
+        Parameters
+        ----------
+        node : Node
+            Its ``owner``, when an agent of the graph, caps its path trust from now on.
+
+        Returns
+        -------
+        Node
+            ``node``.
+
+        Raises
+        ------
+        DuplicateNodeError
+            The id exists (nodes are never overwritten: :meth:`update_node`).
+        """
         with self.transaction():
             if self._conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node.id,)).fetchone():
                 raise DuplicateNodeError(f"node {node.id!r} exists already; use update_node to change it")
@@ -414,10 +434,17 @@ class ProvenanceGraph:
             self._conn.execute("INSERT INTO node_versions VALUES (?, 1, ?, ?, ?, 'created')", (node.id, node.type.value, body, time.time()))
             self._conn.execute("INSERT INTO nodes VALUES (?, 1, ?, ?, ?, ?)", (node.id, node.type.value, node.run, node.owner, body))
             self._dirty.add(node.id)
+            if node.type == NodeType.AGENT:  # records may name it as owner before it exists
+                self._writer_changed(node.id)
         return node
 
     def add_nodes(self, nodes: Iterable[Node]) -> None:
-        """Add many nodes in one transaction (all or none); see :meth:`add_node`."""
+        """Add many nodes in one transaction (all or none); see :meth:`add_node`.
+
+        Parameters
+        ----------
+        nodes : iterable of Node
+        """
         with self.transaction():
             for node in nodes:
                 self.add_node(node)
@@ -506,27 +533,58 @@ class ProvenanceGraph:
         )
 
     def add_edges(self, edges: Iterable[Edge], *, verify_writer: bool = True) -> None:
-        """Add many edges in one transaction (all or none); see :meth:`add_edge`."""
+        """Add many edges in one transaction (all or none); see :meth:`add_edge`.
+
+        Parameters
+        ----------
+        edges : iterable of Edge
+        verify_writer : bool
+            As in :meth:`add_edge`.
+        """
         with self.transaction():
             for edge in edges:
                 self.add_edge(edge, verify_writer=verify_writer)
 
     def update_node(self, node_id: str, *, reason: str, **changes: Any) -> Node:
-        """Write a new version of a node with ``changes`` (e.g. ``trust=0.2``, ``labels=...``); the old
-        versions stay in :meth:`history`. Raises :class:`UnknownNodeError`."""
+        """Write a new version of a node with ``changes``; the old versions stay in :meth:`history`.
+
+        Parameters
+        ----------
+        node_id : str
+        reason : str
+            Why (kept with the version).
+        **changes
+            :class:`Node` fields and their new values (``trust=0.2``, ``labels=...``); not ``id`` or ``type``.
+
+        Returns
+        -------
+        Node
+            The new version. Everything inherited from it (its descendants' labels, revocation, trust; for
+            an agent, the trust of what it owns or wrote) is brought up to date in the same transaction.
+
+        Raises
+        ------
+        UnknownNodeError
+        GraphIntegrityError
+            A change of ``id`` or ``type``.
+        pydantic.ValidationError
+            A changed field out of its range.
+        """
         with self.transaction():
             row = self._conn.execute("SELECT version, body FROM nodes WHERE id = ?", (node_id,)).fetchone()
             if row is None:
                 raise UnknownNodeError(f"no node {node_id!r}")
             if "id" in changes or "type" in changes:
                 raise GraphIntegrityError("a node's id and type never change")
-            new = _node(row[1]).model_copy(update=changes)
-            new = Node.model_validate(new.model_dump())  # validate the changed fields
+            old = _node(row[1])
+            new = Node.model_validate(old.model_copy(update=changes).model_dump())  # validate the changed fields
             version = row[0] + 1
             body = _body(new)
             self._conn.execute("INSERT INTO node_versions VALUES (?, ?, ?, ?, ?, ?)", (node_id, version, new.type.value, body, time.time(), reason))
             self._conn.execute("UPDATE nodes SET version = ?, owner = ?, body = ? WHERE id = ?", (version, new.owner, body, node_id))
             self._dirty.add(node_id)  # labels, trust, validity or revocation may have changed
+            if new.type == NodeType.AGENT and factor(new) != factor(old):  # not on a grant: scopes cap no trust
+                self._writer_changed(node_id)
         return new
 
     def invalidate(self, node_id: str, *, by: str | None = None, reason: str = "invalidated") -> Node:
@@ -562,6 +620,10 @@ class ProvenanceGraph:
     def difference(self, item: Node | Edge) -> Difference | None:
         """``None`` when the graph holds ``item`` exactly as given, else the first :class:`Difference`.
 
+        Parameters
+        ----------
+        item : Node or Edge
+
         A node is compared, field by field in :class:`Node`'s order (type, text, time, owner, labels, trust,
         validity, run, attributes), with the version it was **created** as (version 1): the later versions
         :meth:`update_node` writes (grants, revocations, invalidation) are its history, not a difference. An
@@ -588,7 +650,15 @@ class ProvenanceGraph:
     def update_difference(self, node_id: str, *, reason: str, **changes: Any) -> Difference | None:
         """``None`` when the graph holds the version ``update_node(node_id, reason=reason, **changes)`` would
         write (the first version written with that ``reason``, its ``changes`` fields as given), else the
-        :class:`Difference`: the first differing field, or ``field=None`` when there is no such version."""
+        :class:`Difference`: the first differing field, or ``field=None`` when there is no such version.
+
+        Parameters
+        ----------
+        node_id : str
+        reason : str
+        **changes
+            As for :meth:`update_node`.
+        """
         for _, written_for, node in self.history(node_id) if node_id in self else ():
             if written_for == reason:
                 stored = _node_fields(node)
@@ -639,28 +709,35 @@ class ProvenanceGraph:
         if missing:
             raise UnknownNodeError(f"no node {missing[0]!r}")
         parents: dict[str, list[str]] = {i: [] for i in nodes}
-        relations: dict[tuple[str, str], set[str]] = {}
-        writers: dict[tuple[str, str], set[str | None]] = {}
+        relations: dict[tuple[str, str], frozenset[str]] = {}
+        writers: dict[tuple[str, str], set[str]] = {}  # only pairs with an agent-written edge (the rest: the recorder)
         edge_rows = self._conn.execute(
             "SELECT child, parent, relation, writer FROM lineage WHERE child IN (SELECT value FROM json_each(?)) ORDER BY child, parent",
             (json.dumps(sorted(nodes)),),
         )
+        one = {r: frozenset({r}) for r in (rel.value for rel in LINEAGE)}
         for child, parent, relation, writer in edge_rows:
             if parent in nodes:
                 pair = (child, parent)
-                if pair not in relations:
+                had = relations.get(pair)
+                if had is None:
                     parents[child].append(parent)
-                    relations[pair], writers[pair] = set(), set()
-                relations[pair].add(relation)
-                writers[pair].add(writer)
-        named = {n.owner for n in nodes.values() if n.owner is not None} | {w for ws in writers.values() for w in ws if w is not None}
+                    relations[pair] = one.get(relation) or frozenset({relation})
+                else:
+                    relations[pair] = had | {relation}
+                if writer is not None:
+                    writers.setdefault(pair, set()).add(writer)
+        named = {n.owner for n in nodes.values() if n.owner is not None} | {w for ws in writers.values() for w in ws}
         agents = {
             i: factor(_node(body))
             for i, body in self._conn.execute("SELECT id, body FROM nodes WHERE type = 'agent' AND id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(named)),))
         } if named else {}
         owner_trust = {i: agents[n.owner] for i, n in nodes.items() if n.owner in agents and n.type != NodeType.AGENT}
-        edge_trust = {pair: max(agents.get(w, 1.0) if w is not None else 1.0 for w in ws) for pair, ws in writers.items() if ws - {None}}
-        return LineageClosure(nodes, parents, versions, {k: frozenset(v) for k, v in relations.items()}, edge_trust, owner_trust)
+        # a pair also written by the recorder (writer NULL) keeps the recorder's 1; else the best agent writer's
+        recorded = {pair for pair in writers if self._conn.execute(
+            "SELECT 1 FROM lineage WHERE child = ? AND parent = ? AND writer IS NULL LIMIT 1", pair).fetchone()}
+        edge_trust = {pair: max(agents.get(w, 1.0) for w in ws) for pair, ws in writers.items() if pair not in recorded}
+        return LineageClosure(nodes, parents, versions, relations, edge_trust, owner_trust)
 
     def indexed(self, node_ids: Iterable[str]) -> dict[str, tuple[Node, Inherited]]:
         """The current node and its inherited row (effective labels with carriers, revocation, path trust,
@@ -735,13 +812,31 @@ class ProvenanceGraph:
         return int(self._conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0])
 
     def node(self, node_id: str) -> Node:
-        """The current version of a node. Raises :class:`UnknownNodeError`."""
+        """The current version of a node.
+
+        Parameters
+        ----------
+        node_id : str
+
+        Raises
+        ------
+        UnknownNodeError
+        """
         row = self._conn.execute("SELECT body FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise UnknownNodeError(f"no node {node_id!r}")
         return _node(row[0])
 
     def nodes(self, type: NodeType | str | None = None, *, run: str | None = None) -> list[Node]:
+        """The current version of every node, in insertion order.
+
+        Parameters
+        ----------
+        type : NodeType or str, optional
+            Only nodes of this type.
+        run : str, optional
+            Only nodes of this run.
+        """
         sql, args = "SELECT body FROM nodes WHERE 1=1", []
         if type is not None:
             sql += " AND type = ?"
@@ -752,6 +847,15 @@ class ProvenanceGraph:
         return [_node(r[0]) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
 
     def edges(self, *, src: str | None = None, dst: str | None = None, relation: Relation | str | None = None) -> list[Edge]:
+        """The edges, in insertion order, each with its writer.
+
+        Parameters
+        ----------
+        src, dst : str, optional
+            Only edges from / to this node.
+        relation : Relation or str, optional
+            Only edges of this relation.
+        """
         sql, args = "SELECT src, dst, relation, time, attributes, writer FROM edges WHERE 1=1", []
         for col, val in (("src", src), ("dst", dst)):
             if val is not None:
@@ -765,21 +869,46 @@ class ProvenanceGraph:
         ]
 
     def history(self, node_id: str) -> list[tuple[int, str, Node]]:
-        """Every version of a node: ``(version, reason, node)``, oldest first."""
+        """Every version of a node: ``(version, reason, node)``, oldest first.
+
+        Parameters
+        ----------
+        node_id : str
+
+        Raises
+        ------
+        UnknownNodeError
+        """
         rows = self._conn.execute("SELECT version, reason, body FROM node_versions WHERE id = ? ORDER BY version", (node_id,)).fetchall()
         if not rows:
             raise UnknownNodeError(f"no node {node_id!r}")
         return [(v, reason, _node(body)) for v, reason, body in rows]
 
     def parents(self, node_id: str) -> list[str]:
-        """Direct lineage parents (what ``node_id`` was derived from, used or supported by)."""
+        """Direct lineage parents (what ``node_id`` was derived from, summarises, used or is supported by), sorted.
+
+        Parameters
+        ----------
+        node_id : str
+        """
         return [r[0] for r in self._conn.execute("SELECT DISTINCT parent FROM lineage WHERE child = ? ORDER BY parent", (node_id,))]
 
     def children(self, node_id: str) -> list[str]:
+        """Direct lineage children (what derives from ``node_id`` or rests on it), sorted.
+
+        Parameters
+        ----------
+        node_id : str
+        """
         return [r[0] for r in self._conn.execute("SELECT DISTINCT child FROM lineage WHERE parent = ? ORDER BY child", (node_id,))]
 
     def ancestors(self, node_id: str) -> set[str]:
-        """Everything ``node_id`` derives from, transitively (one recursive query over the lineage index)."""
+        """Everything ``node_id`` derives from, transitively (one recursive query over the lineage index).
+
+        Parameters
+        ----------
+        node_id : str
+        """
         rows = self._conn.execute(
             "WITH RECURSIVE up(id) AS (SELECT parent FROM lineage WHERE child = ? "
             "UNION SELECT l.parent FROM lineage l JOIN up ON l.child = up.id) SELECT id FROM up",
@@ -788,7 +917,12 @@ class ProvenanceGraph:
         return {r[0] for r in rows} - {node_id}
 
     def descendants(self, node_id: str) -> set[str]:
-        """Everything derived from ``node_id``, transitively."""
+        """Everything derived from ``node_id``, transitively.
+
+        Parameters
+        ----------
+        node_id : str
+        """
         rows = self._conn.execute(
             "WITH RECURSIVE down(id) AS (SELECT child FROM lineage WHERE parent = ? "
             "UNION SELECT l.child FROM lineage l JOIN down ON l.parent = down.id) SELECT id FROM down",
@@ -797,11 +931,20 @@ class ProvenanceGraph:
         return {r[0] for r in rows} - {node_id}
 
     def runs(self) -> list[str]:
+        """The run ids of the nodes, sorted."""
         return [r[0] for r in self._conn.execute("SELECT DISTINCT run FROM nodes WHERE run IS NOT NULL ORDER BY run")]
 
     def to_networkx(self, *, run: str | None = None, lineage_only: bool = False) -> nx.MultiDiGraph:
-        """A networkx view: nodes with their fields as attributes; edges keyed by relation
-        (``lineage_only``: parent -> child edges of the derivation order instead)."""
+        """A networkx view: nodes with their fields as attributes; edges keyed by relation, with ``time``,
+        ``writer`` and their attributes.
+
+        Parameters
+        ----------
+        run : str, optional
+            Only this run's nodes (and the edges between them).
+        lineage_only : bool
+            Parent -> child edges of the derivation order instead (acyclic).
+        """
         g = nx.MultiDiGraph()
         for node in self.nodes(run=run):
             g.add_node(node.id, **node.model_dump(exclude={"id"}))

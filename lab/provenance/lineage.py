@@ -74,6 +74,7 @@ __all__ = [
     "standing",
     "path_trusts_over",
     "propagate",
+    "inherited_rows",
 ]
 
 #: Lineage relations that carry content, hence revocation and the re-derivation mark, from parent to child.
@@ -109,18 +110,34 @@ class LineageClosure:
     owner_trust: dict[str, float] = field(default_factory=dict)
 
     def carries(self, child: str, parent: str) -> bool:
-        """Whether some lineage edge from ``parent`` to ``child`` is carrying (:data:`CARRYING`)."""
+        """Whether some lineage edge from ``parent`` to ``child`` is carrying (:data:`CARRYING`).
+
+        Parameters
+        ----------
+        child, parent : str
+        """
         rels = self.relations.get((child, parent))
         return True if rels is None else bool(rels & CARRYING)
 
     def step(self, child: str, parent: str) -> float:
         """The factor a path gains entering ``child`` from ``parent``: ``factor(child) · min(owner_trust(child),
-        edge_trust(child, parent))``."""
+        edge_trust(child, parent))``.
+
+        Parameters
+        ----------
+        child, parent : str
+            A lineage edge of the closure.
+        """
         cap = min(self.owner_trust.get(child, 1.0), self.edge_trust.get((child, parent), 1.0))
         return factor(self.nodes[child]) * cap
 
     def root_value(self, node_id: str) -> float:
-        """What a root contributes: ``factor(root) · owner_trust(root)``."""
+        """What a root contributes: ``factor(root) · owner_trust(root)``.
+
+        Parameters
+        ----------
+        node_id : str
+        """
         return factor(self.nodes[node_id]) * self.owner_trust.get(node_id, 1.0)
 
     def topological_components(self) -> list[list[str]]:
@@ -301,38 +318,50 @@ def propagate(closure: LineageClosure) -> dict[str, Inherited]:
     """
     trusts = path_trusts_over(closure)
     out: dict[str, Inherited] = {}
+    nodes, parents = closure.nodes, closure.parents
     for comp in closure.topological_components():
-        members = set(comp)
+        if len(comp) == 1:  # a DAG's components: the record and its parents
+            n = comp[0]
+            external = [(n, p) for p in parents[n]]
+        else:  # a cycle in a store written before cycles were refused: one result for all of it
+            members = set(comp)
+            external = [(n, p) for n in comp for p in parents[n] if p not in members]
         labels: dict[str, str] = {}
         revoked_by: str | None = None
         for n in comp:  # the component's own labels first (in a DAG: the record's own)
-            node = closure.nodes[n]
-            for lab in sorted(node.labels):
-                labels.setdefault(lab, n)
+            node = nodes[n]
+            if node.labels:
+                for lab in sorted(node.labels):
+                    labels.setdefault(lab, n)
             if revoked_by is None and node.attributes.get("revoked", False):
                 revoked_by = n
-        external = [(n, p) for n in comp for p in closure.parents[n] if p not in members]
-        for _, p in external:
-            for lab, carrier in out[p].labels.items():
+        if not external:
+            for n in comp:
+                own_invalid = n if not nodes[n].valid else None
+                out[n] = Inherited(labels, revoked_by, trusts[n], own_invalid, ())
+            continue
+        ins = [out[p] for _, p in external]
+        for inh in ins:
+            for lab, carrier in inh.labels.items():
                 labels.setdefault(lab, carrier)
         if revoked_by is None:
-            revoked_by = next((out[p].revoked_by for n, p in external if closure.carries(n, p) and out[p].revoked_by is not None), None)
-        if revoked_by is None and external and all(out[p].revoked_by is not None for _, p in external):
-            revoked_by = out[external[0][1]].revoked_by
+            revoked_by = next((inh.revoked_by for (n, p), inh in zip(external, ins) if inh.revoked_by is not None and closure.carries(n, p)), None)
+        if revoked_by is None and all(inh.revoked_by is not None for inh in ins):
+            revoked_by = ins[0].revoked_by
         lost: str | None = None
-        if revoked_by is None and external and all(_gone(out[p]) for _, p in external):
-            lost = next(out[p].invalidated_by for _, p in external if out[p].invalidated_by is not None)
-        rederive: set[str] = set()
-        if revoked_by is None and lost is None:
-            for n, p in external:
+        if revoked_by is None and all(_gone(inh) for inh in ins):
+            lost = next(inh.invalidated_by for inh in ins if inh.invalidated_by is not None)
+        marks: tuple[str, ...] = ()
+        if revoked_by is None and lost is None and any(inh.invalidated_by is not None or inh.rederive for inh in ins):
+            rederive: set[str] = set()
+            for (n, p), inh in zip(external, ins):
                 if closure.carries(n, p):
-                    inh = out[p]
                     if inh.invalidated_by is not None:
                         rederive.add(inh.invalidated_by)
                     rederive.update(inh.rederive)
-        marks = tuple(sorted(rederive))
+            marks = tuple(sorted(rederive))
         for n in comp:
-            own_invalid = n if not closure.nodes[n].valid else None
+            own_invalid = n if not nodes[n].valid else None
             out[n] = Inherited(labels, revoked_by, trusts[n], own_invalid or lost, () if own_invalid else marks)
     return out
 
