@@ -131,7 +131,7 @@ def _run_notebook(path: Path) -> None:
         assert "missing label 'user:sophia_silva_7557'" in out  # another user's assistant is refused
         gate = [c for c in nb.cells if c.cell_type == "code" and "revoke_source" in c.source][0]
         assert "allow" in _text(gate) and "block" in _text(gate)  # the gate before and after the revocation
-        assert "round trip: 12 nodes, 17 edges" in out and "agent(lab:tau-airline%2Ftask32%2Ftrial1%2Fagent" in out
+        assert "round trip: 19 nodes, 31 edges" in out and "agent(lab:tau-airline%2Ftask32%2Ftrial1%2Fagent" in out
     if path.name == "05_gradient_communication.ipynb":
         code = [c for c in nb.cells if c.cell_type == "code"]
         out = "\n".join(_text(c) for c in code)
