@@ -30,6 +30,7 @@ from tests.browser import (
     CHROMIUM_ARGS,
     KERNEL_IDLE_JS,
     ROOT,
+    NetworkWatch,
     PageWatch,
     chromium,
     make_server,
@@ -149,18 +150,73 @@ CONTROLS_JS = f"""() => {{
 }}"""
 
 
+# the loss panel's y tick labels (plotly's first subplot): their boxes, top to bottom
+LOSS_TICKS_JS = f"""() => Array.from(document.querySelectorAll({PLOT!r} + ' .subplot.xy .yaxislayer-above .ytick text'))
+    .map(t => {{ const r = t.getBoundingClientRect(); return {{text: t.textContent, top: r.top, bottom: r.bottom}}; }})
+    .filter(r => r.bottom > r.top).sort((a, b) => a.top - b.top)"""
+# what the chart draws of the run: every curve's x and y, and the smoothed ones'
+SHOWN_JS = f"""() => Object.fromEntries(document.querySelector({PLOT!r}).data
+    .filter(t => t.visible !== false && t.visible !== 'legendonly' && t.x.length).map(t => [t.uid, [Array.from(t.x), Array.from(t.y)]]))"""
+
+
+def check_log_ticks(watch: PageWatch) -> list[dict]:
+    """On a log loss panel, no two tick labels overlap (plotly's own labelled every digit of a decade)."""
+    ticks = watch.wait_for(f"() => {{ const t = ({LOSS_TICKS_JS})(); return t.length >= 2 && t; }}", what="the loss panel's log ticks")
+    overlaps = [(a["text"], b["text"]) for a, b in zip(ticks, ticks[1:]) if b["top"] < a["bottom"] - 0.5]
+    assert not overlaps, f"overlapping log ticks on the loss panel: {overlaps} in {ticks}"
+    return ticks
+
+
+def check_export(watch: PageWatch, x_column: str) -> None:
+    """The export button downloads a CSV whose rows are exactly the points drawn (raw and smoothed), by the x shown."""
+    import csv
+    import io
+
+    page = watch.page
+    shown = page.evaluate(SHOWN_JS)
+    button = page.locator(".lab-training-export button")
+    with page.expect_download(timeout=30_000) as info:
+        button.click()
+    download = info.value
+    text = Path(download.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert download.suggested_filename == f"training-runs-{'step' if x_column == 'step' else 'time'}.csv"
+    assert rows and list(rows[0]) == ["run_id", "metric", "unit", x_column, "value", "smoothed", "smoothing"], rows[:1]
+    assert f"({len(rows)} rows)" in button.inner_text()
+    curves: dict[str, list[dict]] = {}
+    for r in rows:
+        curves.setdefault(f"{r['run_id']}:{r['metric']}", []).append(r)
+    raw = {uid: xy for uid, xy in shown.items() if not uid.endswith(":smoothed")}
+    assert set(curves) == set(raw), (sorted(curves), sorted(raw))  # every drawn curve, and only those
+    for uid, got in curves.items():
+        x, y = raw[uid]
+        assert [float(r[x_column]) for r in got] == pytest.approx(x, rel=1e-12) and [float(r["value"]) for r in got] == pytest.approx(y, rel=1e-12), uid
+        smooth = shown.get(f"{uid}:smoothed")
+        if smooth:
+            assert [float(r["smoothed"]) for r in got] == pytest.approx(smooth[1], rel=1e-12), uid
+        else:
+            assert all(r["smoothed"] == "" for r in got), uid
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{watch.name}_export.csv").write_text(text, encoding="utf-8")
+
+
 def check_controls(watch: PageWatch, prefix: str) -> None:
     """The chart's controls, clicked in the page (the kernel must be idle to hear them): smoothing drawn over
-    the values, the y axes to log, the x axis to wall time; the table's run name in the run's chart colour."""
+    the values, the y axes to log (ticks that do not overlap), the x axis to wall time; the table's run name in
+    the run's chart colour; the export button's CSV holds the points drawn, by step and by wall time."""
     page = watch.page
     before = page.evaluate(CONTROLS_JS)
     assert before["y"] == "linear" and before["x"] == "step" and before["smoothed"] == 15, before
     rgb = tuple(int(before["line"][i:i + 2], 16) for i in (1, 3, 5))
     assert before["table"] == f"rgb({rgb[0]}, {rgb[1]}, {rgb[2]})", before
+    check_export(watch, "step")
     page.locator(".widget-toggle-buttons button", has_text=re.compile(r"^log$")).click()
     watch.wait_for(f"() => ({CONTROLS_JS})().y === 'log'", what="the y axes to turn logarithmic")
+    check_log_ticks(watch)
     page.locator(".widget-toggle-buttons button", has_text="wall time").click()
     watch.wait_for(f"() => ({CONTROLS_JS})().x.startsWith('wall time')", what="the x axis to show wall time")
+    watch.wait_for(".lab-training-export button[data-filename='training-runs-time.csv']", what="the export button to follow the x axis")
+    check_export(watch, "wall_time_s")
     shot(page, f"{prefix}_log_time.png")
     watch.check("the controls")
     assert not watch.page_errors, watch.page_errors
@@ -189,6 +245,7 @@ def test_lab_training_monitor_waits_then_draws_the_run_live(tmp_path):
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1200})
                 watch = PageWatch(page, "lab_training_monitor")
+                net = NetworkWatch(page, "lab_training_monitor")
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/monitor.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(
                     KERNEL_IDLE_JS,
@@ -199,6 +256,7 @@ def test_lab_training_monitor_waits_then_draws_the_run_live(tmp_path):
                 flag.touch()
                 watch.wait_for("() => document.body.innerText.includes('the runs are done')", what="the busy cell to end")
                 check_controls(watch, "lab_training_monitor")
+                net.check()
             finally:
                 flag.touch()
                 browser.close()
@@ -218,8 +276,10 @@ def test_voila_training_monitor_waits_then_draws_the_run_live(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1200})
             watch = PageWatch(page, "voila_training_monitor")
+            net = NetworkWatch(page, "voila_training_monitor", voila=True)
             page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
             check_live(watch, run, "voila_training_monitor")
             check_controls(watch, "voila_training_monitor")
+            net.check()
         finally:
             browser.close()

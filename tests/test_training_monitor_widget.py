@@ -272,6 +272,8 @@ def test_log_axes_get_ticks_no_closer_than_a_label(tmp_path):
     ys = trace(mon, "fp8", "loss")[1] + trace(mon, "fp8", "val_loss")[1]
     assert min_gap(loss_axis["tickvals"], min(ys), max(ys), px) >= MIN_TICK_GAP_PX
     assert loss_axis["ticktext"] == [f"{v:g}" for v in loss_axis["tickvals"]]
-    assert mon.figure["layout"]["yaxis3"]["type"] == "log"  # constant bytes: a flat range keeps plotly's ticks
+    bytes_axis = mon.figure["layout"]["yaxis3"]  # constant bytes: half a decade either side, ticks on it
+    assert bytes_axis["type"] == "log" and bytes_axis["range"] == pytest.approx([math.log10(1004) - 0.5, math.log10(1004) + 0.5])
+    assert len(bytes_axis["tickvals"]) >= 2 and min_gap(bytes_axis["tickvals"], 1004 / 10**0.5, 1004 * 10**0.5, px) >= MIN_TICK_GAP_PX
     mon.y_scale = "linear"
-    assert "tickvals" not in mon.figure["layout"]["yaxis"]
+    assert "tickvals" not in mon.figure["layout"]["yaxis"] and "range" not in mon.figure["layout"]["yaxis3"]

@@ -6,10 +6,12 @@ export default {
   render({ model, el }) {
     const button = document.createElement("button");
     button.className = "jupyter-button widget-button lab-download-button";
+    button.style.width = "auto"; // the label says how much it saves: do not cut it to ipywidgets' fixed width
     const update = () => {
       button.textContent = model.get("label");
-      button.title = model.get("tooltip");
+      button.title = model.get("hint");
       button.disabled = !model.get("text");
+      button.dataset.filename = model.get("filename");
     };
     const save = () => {
       const url = URL.createObjectURL(new Blob([model.get("text")], { type: model.get("mime") }));
@@ -22,7 +24,7 @@ export default {
       a.remove();
       setTimeout(() => URL.revokeObjectURL(url), 60_000);
     };
-    const events = ["change:label", "change:tooltip", "change:text"];
+    const events = ["change:label", "change:hint", "change:text", "change:filename"];
     events.forEach((e) => model.on(e, update));
     button.addEventListener("click", save);
     update();

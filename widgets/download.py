@@ -23,8 +23,10 @@ class DownloadButton(anywidget.AnyWidget):
     filename : str
         The name the browser saves it under.
     mime : str
-    label, tooltip : str
-        The button's text and its hover text.
+    label : str
+        The button's text.
+    hint : str
+        Its hover text (not ipywidgets' ``tooltip``, whose view code expects a ``description`` trait).
     """
 
     _esm = Path(__file__).with_name("download.js")
@@ -32,4 +34,4 @@ class DownloadButton(anywidget.AnyWidget):
     filename = t.Unicode("data.csv").tag(sync=True)
     mime = t.Unicode("text/csv").tag(sync=True)
     label = t.Unicode("download").tag(sync=True)
-    tooltip = t.Unicode("").tag(sync=True)
+    hint = t.Unicode("").tag(sync=True)

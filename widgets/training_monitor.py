@@ -244,7 +244,7 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         self.table = W.HTML()
         self.table.add_class("lab-training-runs")
         self.export_button = DownloadButton(label="export CSV", filename="training-runs-step.csv", mime="text/csv",
-                                            tooltip="the runs shown, by the x axis shown: every point's value and its smoothed value")
+                                            hint="the runs shown, by the x axis shown: every point's value and its smoothed value")
         self.export_button.add_class("lab-training-export")
         self._init_refresh()
         controls = W.VBox([self.x_picker, self.scale_picker, self.smoothing_slider, self.export_button])
@@ -345,16 +345,24 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
         empty = not any(d["x"] for _, d in drawn)
         blank = frozenset(k for k in _PANELS if not any(d["x"] for p, d in drawn if p == k))
         x_max = max((max(d["x"]) for _, d in drawn if d["x"]), default=None)
-        y_ticks = {}
+        y_ticks, y_ranges = {}, {}
         for k in _PANELS:
             if _y_type(k, self.y_scale) == "log":
                 ys = [v for p, d in drawn if p == k for v in d["y"] if v is not None and math.isfinite(v) and v > 0]
-                if ys:
-                    y_ticks[k] = log_ticks(min(ys), max(ys), _panel_pixels(k))
-        self.chart.figure = {"data": data, "layout": _layout(HEIGHT, self._width, self.x, self.y_scale, empty, blank, x_max, y_ticks)}
+                if not ys:
+                    continue
+                lo, hi = min(ys), max(ys)
+                if hi / lo < 1.0001:  # a constant (bytes of one codec): half a decade either side, not plotly's 2 decades
+                    lo, hi = lo / 10**0.5, hi * 10**0.5
+                    y_ranges[k] = [math.log10(lo), math.log10(hi)]
+                y_ticks[k] = log_ticks(lo, hi, _panel_pixels(k))
+        layout = _layout(HEIGHT, self._width, self.x, self.y_scale, empty, blank, x_max, y_ticks)
+        for k, r in y_ranges.items():
+            layout[f"yaxis{_axis(k)}"]["range"] = r
+        self.chart.figure = {"data": data, "layout": layout}
         frame = series_frame({r: s for r, s in self._series.items() if r in chosen}, x=self.x, smoothing=w, smoothed=_SMOOTHED)
-        self.export_button.filename = f"training-runs-{self.x}.csv"
         self.export_button.text = frame.to_csv(index=False) if len(frame) else ""
+        self.export_button.filename = f"training-runs-{self.x}.csv"  # after the text: a view that has the new name has its text
         self.export_button.label = f"export CSV ({len(frame):,} rows)"
 
     def refresh(self) -> int:
