@@ -318,3 +318,177 @@ def test_session_with_a_prior_without_exact_posterior():
     assert r.restored.dtype == np.float32 and r.truth.shape == (1, 12, 12)
     with pytest.raises(MethodError, match="no exact posterior"):
         D.RestorationSession(p, 1, "sr2", "bayes").run()
+
+
+# ----------------------------------------------------------------------------------- empty states, progress, compare, gallery, download
+@pytest.mark.parametrize("key", [k for _, k in D.METHOD_CHOICES])
+def test_every_output_draws_data_or_says_why(digits, key):
+    """For every method: each output the demo can leave empty (the Bayes panel, the four step images, the two
+    charts) either has data or a reason; Flower's b_bar and defect terms, and the Bayes mean's steps, have reasons."""
+    r = D.RestorationSession(digits, 0, "inpaint_box", key, nfe=20).run()
+    why = D.empty_reasons(r)
+    tr = r.trajectory
+    has = {"bayes": r.bayes is not None, "terms": bool(tr and tr.terms), "mismatch": bool(tr and tr.mismatch),
+           **{n: bool(tr and n in tr.images) for n in ("x", "a_hat", "b_hat", "b_bar")}}
+    assert set(has) == set(D.EMPTY_OUTPUTS)
+    for name in D.EMPTY_OUTPUTS:
+        assert has[name] != (name in why), (key, name, why.get(name))
+        assert name not in why or len(why[name]) > 20
+    if key == "flower":
+        assert set(why) == {"b_bar", "terms"} and "Flower refines b_hat" in why["b_bar"]
+    if key == "bayes":
+        assert set(why) == {"x", "a_hat", "b_hat", "b_bar", "terms", "mismatch"} and "closed form" in why["x"]
+    if key.startswith("rebridge") or key == "recoupled_admm":
+        assert why == {}
+
+
+def test_a_learned_prior_says_why_it_has_no_ceiling():
+    from lab.generative.priors import LearnedPrior
+
+    torch.manual_seed(0)
+    net = torch.nn.Conv2d(1, 1, 3, padding=1)
+    p = D.DemoPrior("tiny", "a random network", LearnedPrior(lambda x, t: net(x) * 0.1 - x, (1, 12, 12)),
+                    torch.rand(2, 1, 12, 12) * 2 - 1, ["#0", "#1"], None, False, 0.5, dtype=torch.float32)
+    with torch.no_grad():
+        r = D.RestorationSession(p, 0, "denoise", "flower", nfe=5).run()
+    assert "no Bayes ceiling" in D.empty_reasons(r)["bayes"]
+    with pytest.raises(D.GenerativeError, match="bayes: this run has none"):
+        r.png("bayes")
+
+
+def test_progress_text():
+    assert D.progress_text(37, 100, 0.8) == "37/100 NFE · 0.8 s · 46.25 NFE/s · 1.4 s left"  # 63 NFE at 46.25 NFE/s
+    assert D.progress_text(100, 100, 1.25) == "100/100 NFE · 1.2 s · 80.00 NFE/s"
+    assert D.progress_text(0, 100, 0.0) == "0/100 NFE · starting"
+    assert D.progress_text(0, 0, 0.01) == "closed form (0 NFE) · 0.01 s"
+
+
+def test_png_and_download_name(digits):
+    from PIL import Image
+
+    r = D.RestorationSession(digits, 1, "denoise", "rebridge:projected", nfe=20, seed=2).run()
+    img = np.asarray(Image.open(io.BytesIO(r.png())))
+    assert img.shape == (8, 8) and img.dtype == np.uint8
+    np.testing.assert_array_equal(img, np.round(255 * (np.clip(r.restored[0].astype(np.float64), -1, 1) + 1) / 2))
+    assert Image.open(io.BytesIO(r.png("truth", scale=3))).size == (24, 24)
+    assert r.download_name() == "restored_gaussian-digits_denoise_rebridge-projected_20nfe_seed2_test1.png"
+    with pytest.raises(D.GenerativeError, match="unknown output 'x'"):
+        r.png("x")
+
+
+def test_run_comparison_shares_the_measurement_and_reports_progress(digits):
+    from lab.generative.demo_compare import run_comparison
+
+    calls = []
+    a = D.RestorationSession(digits, 2, "deblur", "rebridge", nfe=20, seed=4)
+    b = D.RestorationSession(digits, 2, "deblur", "flower", nfe=50, seed=4)
+    c = run_comparison(a, b, progress=lambda done, total: calls.append((done, total)))
+    assert np.array_equal(c.first.measurement, c.second.measurement)
+    assert calls[0] == (0, 70) and calls[-1] == (70, 70) and [d for d, _ in calls] == sorted(d for d, _ in calls)
+    alone = D.RestorationSession(digits, 2, "deblur", "flower", nfe=50, seed=4).run()
+    assert c.second.metrics == alone.metrics  # the same run as on its own
+    assert c.psnr_gain == pytest.approx(c.second.metrics["restored"]["psnr"] - c.first.metrics["restored"]["psnr"])
+    assert "Flower" in c.summary() and c.download_name() == "compare_gaussian-digits_deblur_rebridge_vs_flower_seed4_test2.png"
+    with pytest.raises(D.GenerativeError, match="differ in seed"):
+        run_comparison(a, D.RestorationSession(digits, 2, "deblur", "flower", nfe=20, seed=5))
+    with pytest.raises(D.GenerativeError, match="different images"):
+        run_comparison(a, D.RestorationSession(digits, 3, "deblur", "flower", nfe=20, seed=4))
+
+
+def test_gallery_items(digits):
+    from PIL import Image
+
+    items = D.gallery(digits, 5, size=40)
+    assert [it["index"] for it in items] == list(range(5)) and items[2]["label"] == digits.test_names[2]
+    assert Image.open(io.BytesIO(items[0]["png"])).size == (40, 40)
+    assert items[3]["png"] == D.image_png(digits.test_images[3], size=40)
+
+
+def test_widget_progress_compare_gallery_download():
+    from widgets import RestorationDemo
+
+    w = RestorationDemo(prior="gaussian-digits", image=1, task="inpaint_box", method="rebridge", nfe=100, compare="flower")
+    assert w.result is None or w.comparison is not None  # the constructor returns at once; the run is in the background
+    seen = []
+    w.progress.observe(lambda ch: seen.append(ch["new"]), "value")
+    w.wait()
+    w.run(wait=True)
+    assert any(0 < v < 200 for v in seen), seen  # intermediate states, not only the end
+    assert w.progress.value == w.progress.max == 200 and "done: 200/200 NFE" in w.progress_label.value
+    # the compare view: both methods, their own PSNR, on one measurement
+    c = w.comparison
+    assert c.first.method == "rebridge" and c.second.method == "flower" and np.array_equal(c.first.measurement, c.second.measurement)
+    assert "Flower" in w.compare_heads["second"].value
+    assert f"{c.second.metrics['restored']['psnr']:.2f} dB" in w.compare_labels["second"].value
+    assert bytes(w.compare_slots["second"].image.value) == D.image_png(c.second.restored, size=w.image_px)
+    assert f"{c.psnr_gain:+.2f} dB" in w.compare_summary.value
+    # download links: the restored PNG as computed, and the strip
+    import base64
+    import re as _re
+
+    hrefs = dict(_re.findall(r"download='([^']+)' href='data:image/png;base64,([^']+)'", w.downloads.value))
+    assert base64.b64decode(hrefs[w.result.download_name()]) == w.result.png()
+    assert base64.b64decode(hrefs[c.download_name()]) == c.png(size=96)
+    # no comparison: the view says how to get one
+    w.compare_picker.value = ""
+    w.wait()
+    assert w.comparison is None and "compare with" in w.compare_slots["first"].reason and c.download_name() not in w.downloads.value
+    # the gallery: a click (selected set by the front end) makes that test image the input; the picker marks the gallery
+    assert len(w.gallery.items) == 12 and w.gallery.selected == 1
+    assert all(it["src"].startswith("data:image/png;base64,") for it in w.gallery.items)
+    w.gallery.selected = 4
+    r = w.wait()
+    assert w.image_picker.value == ("test", 4) and r.image_info["test_index"] == 4
+    w.image_picker.value = ("test", 2)
+    assert w.gallery.selected == 2 and w.wait().image_info["test_index"] == 2
+    # Flower as the method: b_bar and the defect chart say why they are empty
+    w.method_picker.value = "flower"
+    w.wait()
+    assert "Flower refines" in w.step_slots["b_bar"].reason and w.step_slots["b_bar"].image.layout.display == "none"
+    notes = [a["text"] for a in w.chart.figure["layout"]["annotations"]]
+    assert any(n.startswith("no defect terms") for n in notes)
+    assert w.step_slots["x"].reason is None
+
+
+def test_widget_returns_before_its_first_run_and_says_it_is_running(monkeypatch):
+    """The constructor does not wait for the run (a notebook cell would freeze with nothing drawn): the view exists at
+    once, its panels say what is running, and the result arrives in the background."""
+    from widgets import RestorationDemo
+
+    gate = threading.Event()
+    real = D.RestorationSession.run
+
+    def held(self, progress=None, cancel=None):
+        assert gate.wait(60)
+        return real(self, progress, cancel)
+
+    monkeypatch.setattr(D.RestorationSession, "run", held)
+    w = RestorationDemo(prior="gaussian-digits", image=0, task="denoise", method="flower", nfe=20)
+    assert w.result is None and not w._job.done
+    assert all(s.reason == "running Flower…" and s.note.layout.display is None for s in w.slots.values())
+    assert "running Flower" in w.status.value
+    gate.set()
+    assert w.wait().method == "flower" and all(s.reason is None for s in w.slots.values())
+
+
+def test_a_change_made_while_the_worker_redraws_is_not_dropped():
+    """The worker thread silences the controls' observers while it redraws the view; a change the user makes
+    meanwhile (the kernel's main thread) must still start a run. (It was dropped: one counter for both threads,
+    so picking Flower right after a run ended left the old method's result on screen.)"""
+    from widgets import RestorationDemo
+
+    w = RestorationDemo(prior="gaussian-digits", image=0, task="denoise", method="rebridge", nfe=20, wait=True)
+    entered, release = threading.Event(), threading.Event()
+
+    def redraw():
+        with w._suspend():
+            entered.set()
+            release.wait(30)
+
+    t = threading.Thread(target=redraw)
+    t.start()
+    assert entered.wait(30)
+    w.method_picker.value = "flower"  # the user's change, handled in this (main) thread
+    release.set()
+    t.join()
+    assert w.wait().method == "flower" and set(w.hyper_widgets) == {"num_samples"}

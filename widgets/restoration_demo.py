@@ -153,7 +153,7 @@ class RestorationDemo(W.VBox):
         self._uploads: dict[str, np.ndarray] = {}
         self._job: D.BackgroundRun | None = None
         self._lock = threading.RLock()
-        self._suspended = 0
+        self._local = threading.local()  # per thread: how deep in _suspend() (see _Suspend)
         self._last_progress = (-1, 0.0)
         self._started = time.perf_counter()
         self._total = 0
@@ -370,17 +370,25 @@ class RestorationDemo(W.VBox):
                 "compare": self.compare_picker.value}
 
     class _Suspend:
+        """Silences the control observers for changes this thread makes (the view updating its own controls).
+        Per thread: while the worker thread redraws, a change the user makes (handled in the kernel's main
+        thread) must still run, not be dropped as if the view had made it."""
+
         def __init__(self, owner):
             self.owner = owner
 
         def __enter__(self):
-            self.owner._suspended += 1
+            self.owner._local.depth = self.owner._suspended + 1
 
         def __exit__(self, *exc):
-            self.owner._suspended -= 1
+            self.owner._local.depth -= 1
 
     def _suspend(self):
         return self._Suspend(self)
+
+    @property
+    def _suspended(self) -> int:
+        return getattr(self._local, "depth", 0)
 
     def _maybe_run(self, force: bool = False) -> None:
         if self._suspended:
@@ -389,10 +397,13 @@ class RestorationDemo(W.VBox):
             self.run()
 
     def _on_change(self, change=None) -> None:
-        if change is not None and change["owner"] is self.image_picker and not self._suspended:
-            with self._suspend():
-                self._sync_gallery()
-        self._maybe_run()
+        if self._suspended:
+            return
+        with self._lock:  # after a result being drawn by the worker thread
+            if change is not None and change["owner"] is self.image_picker:
+                with self._suspend():
+                    self._sync_gallery()
+            self._maybe_run()
 
     def _on_gallery(self, change) -> None:
         i = change["new"]
@@ -403,8 +414,9 @@ class RestorationDemo(W.VBox):
     def _on_method_change(self, _change=None) -> None:
         if self._suspended:
             return
-        self._rebuild_hyper()
-        self._maybe_run()
+        with self._lock:
+            self._rebuild_hyper()
+            self._maybe_run()
 
     def _on_prior_change(self, change) -> None:
         if self._suspended:
