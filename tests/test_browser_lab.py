@@ -24,23 +24,27 @@ from pathlib import Path
 import pytest
 
 from tests.browser import (
+    ARTIFACTS,
     CHROMIUM_ARGS,
     ERROR_OUTPUTS_JS,
     KERNEL_IDLE_JS,
     ROOT,
     NetworkWatch,
     PageWatch,
-    check_dashboard_follows_slider,
     chromium,
     jupyter_env,
     make_server,
     run_all_cells,
     voila_notebook,
 )
+from tests.dashboard_checks import STATUS_JS, check_candidates, check_queue_dashboard, check_sites_live
 
 TABS_JS = "() => Array.from(document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel')).map(e => e.innerText)"
 DISABLED_JS = "() => JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions"
 ANNOUNCEMENTS = "@jupyterlab/apputils-extension:announcements"
+# A window whose notebook output area is about 1150 px wide (JupyterLab 4.6, the file browser open), where the
+# dashboards used to be wider than the area and clipped their last site.
+LAB_VIEWPORT, OUTPUT_AREA = 1582, (1100, 1200)
 
 
 def stale_workspace(folder: Path) -> None:
@@ -76,9 +80,9 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                watch = PageWatch(page, "lab_queue_dashboard")
-                net = NetworkWatch(page, "lab_queue_dashboard")
+                page = browser.new_page(viewport={"width": LAB_VIEWPORT, "height": 1100})
+                watch = PageWatch(page, "queue_lab")
+                net = NetworkWatch(page, "queue_lab")
                 page.goto(f"{base}/lab/tree/01_site_queues.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
                 # a clean workspace: exactly the notebook in the URL, one kernel
@@ -86,7 +90,7 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
                 kernels = json.load(urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=30))
                 assert len(kernels) == 1, kernels
                 run_all_cells(page)
-                check_dashboard_follows_slider(watch, "lab_queue_dashboard.png")
+                check_queue_dashboard(watch, "queue_lab.png", area_width=OUTPUT_AREA)
                 # every code cell ran, none wrote to stderr (tracebacks render there)
                 stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
                 assert stderr.count() == 0, stderr.all_inner_texts()
@@ -99,6 +103,48 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
                 browser.close()
     assert run_workspaces() == []  # removed when the lab stopped
     assert "deprecated" not in log.read_text().lower()
+
+
+SITES = ["theta", "polaris", "hpc2n", "nasa"]  # notebook 02's four Slurm sites
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_lab_runs_notebook_02_and_the_live_dashboard_shows_the_sites(tmp_path):
+    """Run All of 02_federated_sites.ipynb: while its load runs, the live dashboard draws all four sites inside a
+    1150 px output area and lists the jobs with Slurm's estimated starts (sortable, filterable); once the notebook
+    has stopped everything, the view says it stopped and shows what each site showed the decision."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    root = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", root)
+    token = secrets.token_urlsafe(16)
+    env = jupyter_env(tmp_path / "jupyter")
+    with make_server("lab", "LAB_PORT", tmp_path / "lab.log", env=env, LAB_TOKEN=token, LAB_ROOT=str(root)) as port:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": LAB_VIEWPORT, "height": 1100})
+                watch = PageWatch(page, "sites_lab")
+                net = NetworkWatch(page, "sites_lab")
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/02_federated_sites.ipynb?token={token}", timeout=300_000)
+                watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
+                run_all_cells(page)
+                check_sites_live(watch, SITES, "sites_lab_live.png", area_width=OUTPUT_AREA, pending_on="theta")
+                # the last cell stops the dashboard, the service and the sites: the view says so
+                watch.wait_for(f"() => ({STATUS_JS})().includes('stopped at')", what="the dashboard's 'stopped' line", timeout_s=400)
+                watch.wait_for(KERNEL_IDLE_JS, what="the notebook's end", timeout_s=60)
+                assert "this view no longer refreshes" in page.evaluate(STATUS_JS)
+                page.locator(".lab-live-candidates").scroll_into_view_if_needed()
+                check_candidates(watch, SITES)
+                page.screenshot(path=str(ARTIFACTS / "sites_lab.png"))
+                stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+                assert stderr.count() == 0, stderr.all_inner_texts()
+                net.check()
+            finally:
+                browser.close()
 
 
 RAISING_CELL = """

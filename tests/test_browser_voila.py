@@ -20,12 +20,12 @@ from tests.browser import (
     CHROMIUM_ARGS,
     NetworkWatch,
     PageWatch,
-    check_dashboard_follows_slider,
     chromium,
     make_server,
     voila_notebook,
     voila_server,
 )
+from tests.dashboard_checks import STATUS_JS, check_candidates, check_queue_dashboard, check_sites_live
 
 
 @pytest.mark.browser
@@ -47,11 +47,11 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
 
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1450, "height": 1100})
-            watch = PageWatch(page, "voila_queue_dashboard")
-            net = NetworkWatch(page, "voila_queue_dashboard", voila=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})  # a laptop's window: all three sites fit
+            watch = PageWatch(page, "queue_voila")
+            net = NetworkWatch(page, "queue_voila", voila=True)
             page.goto(f"{base}/?token={token}", timeout=300_000)
-            check_dashboard_follows_slider(watch, "voila_queue_dashboard.png")
+            check_queue_dashboard(watch, "queue_voila.png")
             assert not watch.page_errors, watch.page_errors
             net.check()  # every request went to 127.0.0.1 (no Font Awesome from a CDN), no console error
             assert any("/voila/templates/research-lab/static/" in r for r in net.requests)  # the project's template
@@ -59,6 +59,95 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
         finally:
             browser.close()
     assert "deprecated" not in log.read_text().lower()
+
+
+LIVE_CELL = """
+import subprocess, sys
+from pathlib import Path
+
+from lab.hpc import skills
+from lab.hpc.testbed import Testbed
+from widgets import QueueDashboard
+
+work = Path({work!r})
+testbed = Testbed(work / "testbed")
+testbed.up(["alpha", "beta"], cpus=[2, 1], memory_mb=[2000, 1000])
+db = work / "lab.db"
+service = subprocess.Popen([sys.executable, "-m", "lab.hpc.continuation", "serve", "--sites", str(testbed.sites_dir), "--db", str(db),
+                            "--poll-s", "0.3"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+(work / "service.pid").write_text(str(service.pid))
+fed = skills.Federation.from_folder(testbed.sites_dir, db=db, workdir=work / "jobs")
+
+
+def hold(site, ntasks, walltime_s):
+    request = skills.ResourceRequest(name="load", command="sleep 300", ntasks=ntasks, walltime_s=walltime_s)
+    return skills.submit_task(fed, skills.SubmitTaskInput(site=site, request=request))
+
+
+for site, ntasks, walltime_s in [("beta", 1, 300), ("beta", 1, 240), ("beta", 1, 120), ("alpha", 2, 600), ("alpha", 1, 60)]:
+    hold(site, ntasks, walltime_s)
+request = skills.ResourceRequest(name="count", command="true", ntasks=1, walltime_s=60)
+skills.choose_site(fed, skills.ChooseSiteInput(request=request, policy="earliest_completion"))
+dashboard = QueueDashboard.live(db, ["alpha", "beta"])
+dashboard.start(interval_s=1.0)
+dashboard
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_voila_live_sites_dashboard(tmp_path):
+    """Two real Slurm sites with a backlog, the continuation service and the live dashboard in Voila at a 1280 px
+    window: both sites drawn, the jobs table with Slurm's estimated starts sorts and filters, what each site showed
+    the decision is a table; a site that goes down is shown unavailable, and once the service stops, stale."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    from playwright.sync_api import sync_playwright
+
+    from lab.hpc.testbed import Testbed
+
+    executable = chromium()
+    work = Path(tempfile.mkdtemp(prefix="labv", dir="/tmp"))  # short: Slurm's sockets live here
+    notebook = voila_notebook(LIVE_CELL.format(work=str(work)), tmp_path / "sites.ipynb")
+    try:
+        with voila_server(notebook, tmp_path / "voila.log") as port, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                watch = PageWatch(page, "sites_voila")
+                net = NetworkWatch(page, "sites_voila", voila=True)
+                page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
+                jobs = check_sites_live(watch, ["alpha", "beta"], "sites_voila_live.png", pending_on="beta")
+                assert sum(i.startswith("beta/") and g == "pending" for i, g in zip(jobs["ids"], jobs["groups"])) == 2, jobs
+                check_candidates(watch, ["alpha", "beta"])
+                Testbed(work / "testbed").stop_site("beta")  # the site goes down: the service reports it unavailable
+                watch.wait_for(f"() => /beta: unavailable/.test(({STATUS_JS})())", what="beta shown unavailable", timeout_s=60)
+                os.kill(int((work / "service.pid").read_text()), signal.SIGTERM)  # no more samples: alpha turns stale
+                watch.wait_for(f"() => /alpha: stopped or not polled: no sample for/.test(({STATUS_JS})())", what="alpha shown stale",
+                               timeout_s=150)
+                page.wait_for_function(
+                    "() => Array.from(document.querySelectorAll('.lab-live-jobs tbody tr')).every(r => r.classList.contains('lab-muted'))",
+                    timeout=10_000)
+                page.locator(".lab-live-dashboard").scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "sites_voila_stale.png"), full_page=True)
+                assert not watch.page_errors, watch.page_errors
+                net.check()
+            finally:
+                browser.close()
+    finally:
+        pid_file = work / "service.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        Testbed(work / "testbed").down()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # An ipywidgets Button's icon: Font Awesome 5's "check" glyph in its own font (the CSS and fonts Voila's bundle inlines).

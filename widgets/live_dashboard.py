@@ -98,6 +98,8 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
         self.decisions = SortableTable(max_height=220)
         self.candidates = SortableTable(max_height=220)
         self.events = SortableTable(max_height=300)
+        for table, name in ((self.jobs, "jobs"), (self.decisions, "decisions"), (self.candidates, "candidates"), (self.events, "events")):
+            table.add_class(f"lab-live-{name}")
         self._refreshed_at: float | None = None
         self._refreshing_every: float | None = None
         self._stopped_at: float | None = None

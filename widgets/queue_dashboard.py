@@ -57,7 +57,7 @@ class _SiteView:
         last = pd.Timestamp(replay.last_end, unit="s", tz="UTC")
         self.title = W.HTML(
             f"<h3 style='margin:4px 0'>{html.escape(name)}</h3>"
-            f"<div>{len(replay):,} jobs, capacity {replay.capacity or 'unknown'} processors, "
+            f"<div>{len(replay):,} jobs, capacity {f'{replay.capacity:,}' if replay.capacity else 'unknown'} processors, "
             f"{first:%Y-%m-%d} to {last:%Y-%m-%d}</div>"
         )
         self.stats = W.HTML()
@@ -107,7 +107,7 @@ class _SiteView:
         # Rows 1 and 2 share one time axis per site (zoom one, the other follows), in days since the site's first job.
         fig.update_xaxes(ticksuffix=" d", row=1, col=col)
         fig.update_xaxes(ticksuffix=" d", matches=_axis("x", col), row=2, col=col)
-        fig.update_xaxes(title_text="wait before start", title_standoff=4, row=3, col=col)
+        fig.update_xaxes(tickangle=-45, row=3, col=col)
         if col == 1:  # counts: integer ticks, axes titled with their unit
             fig.update_yaxes(title_text="jobs", row=1, col=col)
             fig.update_yaxes(title_text="processors", row=2, col=col)
@@ -144,7 +144,7 @@ class _SiteView:
         self.stats.value = (
             f"<div><b>{snap.datetime:%Y-%m-%d %H:%M} UTC</b>{note}<br>"
             f"pending <b>{snap.pending}</b> jobs ({snap.pending_processors:,} processors asked) &middot; "
-            f"running <b>{snap.running}</b> &middot; busy {snap.busy_processors:,}/{r.capacity or '?'} ({util})</div>"
+            f"running <b>{snap.running}</b> &middot; busy {snap.busy_processors:,}/{f'{r.capacity:,}' if r.capacity else '?'} ({util})</div>"
         )
 
 
@@ -229,7 +229,7 @@ class QueueDashboard(W.VBox):
         n = len(replays)
         self.top = int(top)
         self.views = {name: _SiteView(name, r, k, n, window_s=window_s, top=top) for k, (name, r) in enumerate(named)}
-        titles = ["jobs pending / running"] * n + ["busy processors"] * n + [f"wait of jobs started in the last {window_s / _DAY:g} d"] * n
+        titles = ["jobs pending / running"] * n + ["busy processors"] * n + [f"jobs started in the last {window_s / _DAY:g} d, by wait"] * n
         fig = make_subplots(rows=3, cols=n, vertical_spacing=0.1, horizontal_spacing=0.24 / max(n, 2), subplot_titles=titles)
         for view in self.views.values():
             view.add_traces(fig, points)
@@ -247,6 +247,7 @@ class QueueDashboard(W.VBox):
         self.chart = LiveChart()
         self.chart.layout.width = "100%"
         self.jobs = SortableTable(max_height=360)
+        self.jobs.add_class("lab-queue-jobs")
 
         # The slider counts hours (its step is step_hours); its readout is the clock beside it, in days.
         self.slider = W.IntSlider(
