@@ -12,7 +12,18 @@ that cytoscape read its container's offset there), a node clicked at its real on
 detail panel, and a hovered one in the tooltip; unticking a type hides exactly the nodes Python's
 ``lab.provenance.view.visible_ids`` leaves out, and a hidden node answers neither a hover nor a click.
 In JupyterLab, re-running the explorer's cell removes the old view's ``window.__labExplorers`` entry.
-Any page error fails the test. Screenshots go to ``test-artifacts/``. Fails, never skips, without Chromium.
+
+The panels around the graph are checked against what Python computed for the same elements
+(:func:`check_panels`): the legend lists exactly the node types drawn, each swatch in the shape and colour
+cytoscape draws that type with, and a border entry for each mark some drawn node carries; typing in the
+search box marks exactly Python's hits in the graph (counted in cytoscape) and Enter selects the first;
+the timeline has one row per node, in Python's order, each bar's left edge and width the fraction of the
+axis Python computed from the timings; a click on a timeline row selects its node in the graph and a
+click on a node selects its row; a node's open tooltip closes when a filter hides it (the mouse not
+moving), and its row hides with it; the time slider's reading carries the unit (seconds in Voila,
+message indices for the tau-bench run in JupyterLab) and hides what Python's rule hides.
+Any page error, console error or request leaving 127.0.0.1 fails the test (:class:`tests.browser.NetworkWatch`).
+Screenshots go to ``test-artifacts/provenance_explorer_*.png``. Fails, never skips, without Chromium.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from tests.browser import (
     CHROMIUM_ARGS,
     KERNEL_IDLE_JS,
     ROOT,
+    NetworkWatch,
     PageWatch,
     chromium,
     make_server,
@@ -35,22 +47,22 @@ from tests.browser import (
     voila_server,
 )
 
-NOTEBOOK_CODE = f"""
-import sys
-sys.path.insert(0, {str(ROOT)!r})
-import ipywidgets as W
+# The Voila page's graph; the test builds the same one to compute what Python shows for it.
+GRAPH_CODE = """
 from lab.provenance import Edge, Node, ProvenanceGraph
-from widgets.provenance_explorer import ProvenanceExplorer
 
 g = ProvenanceGraph()
 g.add_nodes([
     Node(id="alice", type="agent", time=0.0),
     Node(id="bob", type="agent", time=0.0),
-    Node(id="s1", type="source", text="bank statement", trust=0.9, labels=frozenset({{"finance"}}), owner="alice", time=1.0),
+    Node(id="s1", type="source", text="bank statement", trust=0.9, labels=frozenset({"finance"}), owner="alice", time=1.0),
     Node(id="s2", type="source", text="web page", trust=0.5, owner="alice", time=2.0),
-    Node(id="m1", type="memory", text="balance summary", trust=0.8, owner="alice", time=3.0),
-    Node(id="c1", type="claim", text="can afford", trust=0.5, owner="alice", time=4.0),
-    Node(id="x1", type="action", text="book flight", owner="alice", time=5.0),
+    Node(id="m1", type="memory", text="balance summary", trust=0.8, owner="alice", time=4.0),
+    Node(id="c1", type="claim", text="can afford", trust=0.5, owner="alice", time=7.0),
+    Node(id="x1", type="action", text='book_flight({"flight_number": "HAT271", "cabin": "economy"})', owner="alice", time=8.0,
+         attributes={"tool": "book_flight", "arguments": {"flight_number": "HAT271", "cabin": "economy"}}),
+    Node(id="r1", type="source", text='{"reservation_id": "ZFA04Y", "flight_number": "HAT271"}', owner="alice", time=11.0,
+         attributes={"tool": "book_flight", "arguments": {"flight_number": "HAT271", "cabin": "economy"}}),
 ])
 g.add_edges([
     Edge(src="m1", dst="s1", relation="derived_from"),
@@ -58,14 +70,22 @@ g.add_edges([
     Edge(src="s2", dst="c1", relation="supports"),
     Edge(src="c1", dst="x1", relation="supports"),
     Edge(src="x1", dst="alice", relation="attributed_to"),
+    Edge(src="x1", dst="r1", relation="generated"),
 ])
+"""
+NOTEBOOK_CODE = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+import ipywidgets as W
+from widgets.provenance_explorer import ProvenanceExplorer
+{GRAPH_CODE}
 explorer = ProvenanceExplorer(g, agent="bob")
 label = W.Label(value="(nothing selected)")
 label.add_class("lab-selected-label")
 explorer.observe(lambda change: setattr(label, "value", "selected: " + change["new"]), names="selected")
 W.VBox([label, explorer])
 """
-VOILA_IDS = {"alice", "bob", "s1", "s2", "m1", "c1", "x1"}
+VOILA_IDS = {"alice", "bob", "s1", "s2", "m1", "c1", "x1", "r1"}
 LESSON = "\n\n".join(["A paragraph of the lesson around the explorer, long enough to make the page scroll. " * 6] * 8)
 
 # The explorer's cytoscape instance (one explorer per page) and the container it draws in.
@@ -193,6 +213,12 @@ def explore_scrolled(watch: PageWatch, expected_ids: set[str], hide_type: str, e
     assert first, "no node of the explorer is in view"
     click_node(watch, first, f"after scrolling the explorer from {after:.0f} px to {top:.0f} px")
     watch.wait_for(f"(id) => {CY}.$id(id).hasClass('focus')", arg=first, what=f"{first} highlighted as the focus")
+    watch.wait_for(
+        "(id) => { const r = document.querySelectorAll('.lab-pe-tl-row.selected');"
+        " return r.length === 1 && r[0].dataset.id === id; }",
+        arg=first,
+        what=f"the timeline row of {first} selected by the click on its node",
+    )
 
     # 2. Scrolled again with the explorer still in view: hover, then click another node.
     moved = page.evaluate(SCROLL_BY_JS, 150) or page.evaluate(SCROLL_BY_JS, -150)
@@ -214,8 +240,8 @@ def explore_scrolled(watch: PageWatch, expected_ids: set[str], hide_type: str, e
         what=f"the {len(hidden_expected)} {hide_type} nodes hidden (Python's visible ids)",
     )
     watch.wait_for(
-        "(s) => document.querySelector('.lab-pe-count').innerText.includes(s)",
-        arg=f"{len(expected_visible)} of {n} nodes shown",
+        "(s) => document.querySelector('.lab-pe-count').innerText.startsWith(s)",
+        arg=f"{len(expected_visible)} of {n} nodes, ",
         what="the counter to follow the filter",
     )
     hidden = page.evaluate(PICK_JS, hidden_expected)
@@ -232,6 +258,142 @@ def explore_scrolled(watch: PageWatch, expected_ids: set[str], hide_type: str, e
     titles = page.evaluate("() => window.__labDetailTitles")
     assert hidden not in titles, (hidden, titles)
     page.screenshot(path=str(ARTIFACTS / f"{name}_hidden_type.png"))
+    assert not watch.page_errors, watch.page_errors
+
+
+
+def _rgb(hex_color: str) -> str:
+    h = hex_color.lstrip("#")
+    return "rgb({},{},{})".format(*(int(h[i : i + 2], 16) for i in (0, 2, 4)))
+
+
+LEGEND_JS = """() => Array.from(document.querySelectorAll('.lab-pe-legend-entry')).map(e => {
+  const svg = e.querySelector('svg'); const shape = svg.querySelector('polygon, rect, ellipse');
+  return {kind: e.dataset.kind, key: e.dataset.key, shape: svg.dataset.shape || null,
+          fill: shape.getAttribute('fill'), n: e.querySelector('.n').innerText}; })"""
+# per type drawn: the shape and fill colour cytoscape draws its nodes with
+DRAWN_TYPES_JS = f"""() => {{ const out = {{}}; {CY}.nodes().forEach(n => {{ const t = n.data('type');
+  if (!(t in out) && !n.hasClass('ineligible')) out[t] = {{shape: n.style('shape'), color: n.style('background-color')}};
+  if (!(t in out)) out[t] = null; }}); return out; }}"""
+# each timeline row's bar, as fractions of its track (left edge, width) and the track's width in px
+TIMELINE_JS = """() => Array.from(document.querySelectorAll('.lab-pe-tl-row')).map(r => {
+  const t = r.querySelector('.lab-pe-tl-track').getBoundingClientRect(), b = r.querySelector('.lab-pe-tl-bar').getBoundingClientRect();
+  return {id: r.dataset.id, left: (b.left - t.left) / t.width, width: b.width / t.width, track: t.width,
+          hidden: r.classList.contains('hidden')}; })"""
+
+
+def check_panels(watch: PageWatch, elements: dict, timeline_rows: list[dict], query: str, time_at: float, unit_re: str, name: str) -> None:
+    """The legend, search, timeline, tooltip-on-hide and time slider checks of the module docstring, against
+    what ``lab.provenance.view`` / ``lab.provenance.timeline`` compute for ``elements`` (the page's explorer)."""
+    import re
+
+    from lab.provenance.view import NODE_ENCODING, legend, search, visible_ids
+
+    page = watch.page
+    ids = [el["data"]["id"] for el in elements["nodes"]]
+    page.locator(".lab-pe-cy").scroll_into_view_if_needed()
+    settle(page)
+
+    # legend: exactly the types drawn, each swatch in the shape and colour its nodes are drawn with
+    shown = page.evaluate(LEGEND_JS)
+    drawn = page.evaluate(DRAWN_TYPES_JS)
+    want = legend(elements)
+    assert [(e["kind"], e["key"]) for e in shown] == [(e["kind"], e["key"]) for e in want], (shown, want)
+    assert [e["key"] for e in shown if e["kind"] == "type"] == [t for t in NODE_ENCODING if t in drawn]
+    for e in shown:
+        if e["kind"] == "type":
+            assert e["shape"] == NODE_ENCODING[e["key"]]["shape"] and e["fill"] == NODE_ENCODING[e["key"]]["color"], e
+            if drawn[e["key"]] is not None:  # an eligible node of that type: its drawn style
+                assert drawn[e["key"]]["shape"] == e["shape"] and drawn[e["key"]]["color"] == _rgb(e["fill"]), (e, drawn[e["key"]])
+    counts = {(e["kind"], e["key"]): f"{e['shown']}/{e['count']}" for e in want}
+    assert {(e["kind"], e["key"]): e["n"] for e in shown} == counts
+    marks = set(page.evaluate(f"() => {CY}.nodes().map(n => n.classes()).flat()"))
+    assert {e["key"] for e in shown if e["kind"] == "border"} - {"trust"} == marks & {e["key"] for e in want if e["kind"] == "border"}
+
+    # timeline: one row per node, in Python's order, bars where Python's timings put them
+    rows = page.evaluate(TIMELINE_JS)
+    assert [r["id"] for r in rows] == [r["id"] for r in timeline_rows] and sorted(r["id"] for r in rows) == sorted(ids)
+    for got, py in zip(rows, timeline_rows, strict=True):
+        px = got["track"]
+        assert abs(got["left"] - py["left"]) * px <= 1.0, (got, py)
+        assert abs(got["width"] * px - max(py["width"] * px, 2.0)) <= 1.0, (got, py)  # an instant: a 2 px tick
+    widths = {round(py["width"], 6) for py in timeline_rows}
+    assert len(widths) > 2, widths  # the timings differ, so do the bars
+
+    # a click on a timeline row selects its node in the graph (and the row)
+    row = next(r for r in timeline_rows[2:] if r["type"] != "agent")
+    page.locator(f".lab-pe-tl-row[data-id='{row['id']}']").click()
+    watch.wait_for(
+        f"(id) => document.querySelector('.lab-pe-detail-title')?.innerText === id && {CY}.$id(id).hasClass('focus')"
+        " && document.querySelector('.lab-pe-tl-row.selected')?.dataset.id === id",
+        arg=row["id"],
+        what=f"the timeline row of {row['id']} to select its node",
+    )
+
+    # search: Python's hits are marked in the graph and listed; Enter selects the first
+    hits = search(elements, query)
+    assert hits["total"] >= 2, hits
+    box = page.locator(".lab-pe-search")
+    box.click()
+    box.fill("")
+    page.keyboard.type(query, delay=20)
+    hit_ids = sorted(h["id"] for h in hits["hits"])
+    watch.wait_for(
+        f"(ids) => JSON.stringify({CY}.nodes('.match').map(n => n.id()).sort()) === JSON.stringify(ids)"
+        " && document.querySelectorAll('.lab-pe-hit').length === ids.length",
+        arg=hit_ids,
+        what=f"the {len(hit_ids)} nodes matching {query!r} marked in the graph and listed",
+    )
+    assert page.evaluate(f"() => {CY}.nodes('.match').length") == hits["total"]
+    assert page.evaluate("() => Array.from(document.querySelectorAll('.lab-pe-hit')).map(h => h.dataset.id)") == [h["id"] for h in hits["hits"]]
+    page.keyboard.press("Enter")
+    first = hits["hits"][0]["id"]
+    watch.wait_for(
+        f"(id) => document.querySelector('.lab-pe-detail-title')?.innerText === id && {CY}.$id(id).hasClass('focus')",
+        arg=first,
+        what=f"Enter in the search box to select its first hit {first}",
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}_search_timeline.png"))
+    page.locator(".lab-pe").screenshot(path=str(ARTIFACTS / f"{name}_widget.png"))
+
+    # an open tooltip closes when a filter hides its node (the mouse does not move), and its row hides too
+    page.locator(".lab-pe-cy").scroll_into_view_if_needed()
+    settle(page)
+    target_type = "source"
+    victim = page.evaluate(PICK_JS, [i for i in ids if next(e for e in elements["nodes"] if e["data"]["id"] == i)["data"]["type"] == target_type])
+    assert victim, f"no {target_type} node in view"
+    hover_node(watch, victim, "before hiding its type")
+    page.evaluate(f"() => document.querySelector(\".lab-pe-filter-types input[value='{target_type}']\").focus()")
+    page.keyboard.press("Space")
+    watch.wait_for(
+        f"(id) => {CY}.$id(id).hasClass('hidden') && ({TIP_JS})() === ''"
+        " && document.querySelector(`.lab-pe-tl-row[data-id='${id}']`).classList.contains('hidden')",
+        arg=victim,
+        what=f"{victim}'s tooltip closed and its row hidden once its type is unticked",
+    )
+    page.screenshot(path=str(ARTIFACTS / f"{name}_tooltip_closed.png"))
+    page.keyboard.press("Space")  # shown again
+    watch.wait_for(f"() => {CY}.nodes('.hidden').length === 0", what="every node shown again")
+
+    # the time slider: its reading has the unit, and it hides what Python's rule hides
+    label = page.locator(".lab-pe-time-label").inner_text()
+    assert re.fullmatch(rf"all \({unit_re} – {unit_re}\)", label), label
+    page.evaluate(
+        "(v) => { const i = document.querySelector('.lab-pe-time-input'); i.value = String(v); i.dispatchEvent(new Event('input')); }", time_at
+    )
+    hidden = sorted(set(ids) - set(visible_ids(elements, None, time_at)))
+    assert hidden, time_at
+    watch.wait_for(
+        f"(ids) => JSON.stringify({CY}.nodes('.hidden').map(n => n.id()).sort()) === JSON.stringify(ids)",
+        arg=hidden,
+        what=f"the nodes after {time_at} hidden by the time slider",
+    )
+    label = page.locator(".lab-pe-time-label").inner_text()
+    assert re.fullmatch(rf"≤ {unit_re} \(of {unit_re} – {unit_re}\)", label), label
+    page.screenshot(path=str(ARTIFACTS / f"{name}_time_slider.png"))
+    page.evaluate("() => { const i = document.querySelector('.lab-pe-time-input'); i.value = i.max; i.dispatchEvent(new Event('input')); }")
+    watch.wait_for(f"() => {CY}.nodes('.hidden').length === 0", what="every node shown again at the slider's end")
     assert not watch.page_errors, watch.page_errors
 
 
@@ -254,20 +416,26 @@ def voila_lesson_notebook(path):
 def test_voila_explorer_answers_clicks_and_hovers_at_any_scroll_position(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from lab.provenance.view import visible_ids
+    from lab.provenance.timeline import timeline
+    from lab.provenance.view import explorer_elements, visible_ids
 
     executable = chromium()
     notebook = voila_lesson_notebook(tmp_path / "explorer.ipynb")
+    scope: dict = {}
+    exec(GRAPH_CODE, scope)  # the page's graph, built here too: what Python shows for it
+    py_elements = explorer_elements(scope["g"], agent="bob")
+    py_rows = timeline(scope["g"], [n["data"]["id"] for n in py_elements["nodes"]])["rows"]
 
     with voila_server(notebook, tmp_path / "voila.log") as port, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             watch = PageWatch(page, "provenance_explorer_voila")
+            net = NetworkWatch(page, "provenance_explorer_voila", voila=True)
             page.goto(f"http://127.0.0.1:{port}/", timeout=300_000)
             watch.wait_for(page.locator(".lab-pe-cy canvas"), what="the explorer's canvas", timeout_s=300)
             # the greyed-out node for bob carries its reason
-            watch.wait_for(f"() => {CY} && {CY}.nodes().length === 7", what="the graph's 7 nodes")
+            watch.wait_for(f"() => {CY} && {CY}.nodes().length === 8", what="the graph's 8 nodes")
             assert "missing label 'finance'" in page.evaluate(f"() => {CY}.$id('m1').data('reason')")
             # what Python's rule leaves visible without claims (the elements as the notebook built them)
             elements = {"nodes": page.evaluate(f"() => {CY}.nodes().map(n => ({{data: n.data()}}))")}
@@ -297,7 +465,10 @@ def test_voila_explorer_answers_clicks_and_hovers_at_any_scroll_position(tmp_pat
             assert "ancestor" in classes["s1"] and "descendant" in classes["c1"] and "faded" in classes["bob"]
             assert page.evaluate("() => window.__labExplorers.length") == 1
             page.screenshot(path=str(ARTIFACTS / "provenance_explorer_click.png"))
+            assert [n["data"]["id"] for n in py_elements["nodes"]] == page.evaluate(f"() => {CY}.nodes().map(n => n.id())")
+            check_panels(watch, py_elements, py_rows, "hat271", 4.0, r"\d+(?:\.\d+)? s", "provenance_explorer_voila")
             assert not watch.page_errors, watch.page_errors
+            net.check()
         finally:
             browser.close()
 
@@ -310,7 +481,8 @@ import json as _json
 from lab.provenance.view import visible_ids as _visible_ids
 _types = [t for t in explorer.elements["types"] if t != "claim"]
 print("EXPLORER-STATE " + _json.dumps({"ids": [n["data"]["id"] for n in explorer.elements["nodes"]],
-                                       "visible_without_claims": _visible_ids(explorer.elements, {"types": _types})}))
+                                       "visible_without_claims": _visible_ids(explorer.elements, {"types": _types}),
+                                       "elements": explorer.elements, "timeline": explorer.timeline["rows"]}))
 """
 
 
@@ -338,6 +510,7 @@ def test_lab_notebook_03_explorer_answers_clicks_and_hovers_after_run_all(tmp_pa
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1000})
                 watch = PageWatch(page, "provenance_explorer_lab")
+                net = NetworkWatch(page, "provenance_explorer_lab")
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/03_provenance.ipynb?token={token}", timeout=300_000)
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel (status bar: Python 3 | Idle)", timeout_s=180)
                 run_all_cells(page)
@@ -355,6 +528,9 @@ def test_lab_notebook_03_explorer_answers_clicks_and_hovers_after_run_all(tmp_pa
                 assert expected_visible < expected_ids  # the run has claims to hide
                 watch.wait_for(KERNEL_IDLE_JS, what="the kernel idle after Run All", timeout_s=120)
                 explore_scrolled(watch, expected_ids, "claim", expected_visible, "provenance_explorer_lab")
+                page.locator(".lab-pe-filter-types input[value='claim']").click()
+                watch.wait_for(f"() => {CY}.nodes('.hidden').length === 0", what="every node shown again")
+                check_panels(watch, state["elements"], state["timeline"], "HAT271", 11.0, r"message \d+(?:\.\d+)?", "provenance_explorer_lab")
 
                 # re-running the explorer's cell replaces its view: the old one's registration goes with it
                 page.evaluate(f"() => {{ window.__labOldCy = {CY}; }}")
@@ -368,5 +544,6 @@ def test_lab_notebook_03_explorer_answers_clicks_and_hovers_after_run_all(tmp_pa
                     timeout_s=60,
                 )
                 assert not watch.page_errors, watch.page_errors
+                net.check()
             finally:
                 browser.close()

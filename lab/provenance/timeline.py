@@ -80,6 +80,11 @@ def format_time(axis: dict[str, Any], t: float) -> str:
     return f"{_number(t)} s"
 
 
+def _tick(axis: dict[str, Any], t: float) -> str:
+    """A tick's label: the message index alone (the axis title names the unit), else as :func:`format_time`."""
+    return _number(t) if axis["unit"] == "message" else format_time(axis, t)
+
+
 def format_duration(axis: dict[str, Any], d: float) -> str:
     """A duration on ``axis``: ``"2 messages"``, ``"1 message"``, ``"0.25 s"``."""
     if axis["unit"] == "message":
@@ -123,7 +128,8 @@ def timeline(graph: ProvenanceGraph, node_ids: Sequence[str]) -> dict[str, Any]:
         left, width, start_label, duration_label}`` in display order (module docstring), ``left`` and
         ``width`` the bar's position as fractions of the axis (``width`` 0 for an instant: the widget
         draws a tick); ``axis`` (:func:`time_axis`, plus ``start`` and ``end`` of the drawn span and its
-        ``ticks`` as ``[{"at": fraction, "label": str}]``).
+        ``ticks`` as ``[{"at": fraction, "label": str}]``, a message tick labelled by its index alone, a
+        seconds tick as ``"+2 s"`` or ``"2 s"``).
 
     Raises
     ------
@@ -245,6 +251,6 @@ def timeline(graph: ProvenanceGraph, node_ids: Sequence[str]) -> dict[str, Any]:
         **axis,
         "start": t0,
         "end": t1,
-        "ticks": [{"at": (t + origin - t0) / scale, "label": format_time(axis, t + origin)} for t in ticks if 0 <= (t + origin - t0) / scale <= 1 + 1e-9],
+        "ticks": [{"at": (t + origin - t0) / scale, "label": _tick(axis, t + origin)} for t in ticks if 0 <= (t + origin - t0) / scale <= 1 + 1e-9],
     }
     return {"rows": rows, "axis": axis}

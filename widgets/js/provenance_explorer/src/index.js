@@ -14,7 +14,7 @@ const DAGRE_MAX = 800; // above this many nodes: a cheap preset layout instead o
 
 const CSS = `
 .lab-pe { display: flex; font: 12px sans-serif; border: 1px solid #ddd; }
-.lab-pe-side { width: 240px; flex: none; padding: 6px; border-right: 1px solid #ddd; overflow-y: auto; max-height: 760px; }
+.lab-pe-side { width: 240px; flex: none; padding: 6px; border-right: 1px solid #ddd; overflow-y: auto; max-height: 820px; box-sizing: border-box; }
 .lab-pe-side fieldset { border: 1px solid #eee; margin: 0 0 6px 0; padding: 2px 6px; }
 .lab-pe-side legend { font-weight: bold; }
 .lab-pe-count { color: #555; margin: 2px 0 4px 0; }
@@ -31,19 +31,21 @@ const CSS = `
 .lab-pe-legend-entry.none-shown { opacity: 0.4; }
 .lab-pe-legend-entry .n { color: #666; margin-left: auto; white-space: nowrap; }
 .lab-pe-main { flex: 1; display: flex; flex-direction: column; min-width: 0; }
-.lab-pe-cy { height: 440px; width: 100%; position: relative; }
+.lab-pe-cy { height: 460px; width: 100%; position: relative; }
 .lab-pe-time { padding: 4px 8px; border-top: 1px solid #eee; display: flex; gap: 8px; align-items: center; }
 .lab-pe-time input { flex: 1; }
 .lab-pe-time-label { white-space: nowrap; }
-.lab-pe-timeline { border-top: 1px solid #ddd; max-height: 260px; overflow-y: auto; position: relative; }
+.lab-pe-bottom { display: flex; border-top: 1px solid #ddd; min-height: 0; }
+.lab-pe-timeline { flex: 1; min-width: 0; max-height: 300px; overflow-y: auto; position: relative; }
 .lab-pe-tl-head, .lab-pe-tl-row { display: flex; align-items: center; }
-.lab-pe-tl-head { position: sticky; top: 0; background: #fafafa; border-bottom: 1px solid #eee; z-index: 1; height: 30px; }
+.lab-pe-tl-head { position: sticky; top: 0; background: #fafafa; border-bottom: 1px solid #eee; z-index: 1; height: 34px; }
+.lab-pe-tl-head .lab-pe-tl-name { white-space: normal; line-height: 13px; }
 .lab-pe-tl-name { width: 250px; flex: none; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; padding: 1px 4px; box-sizing: border-box; }
 .lab-pe-tl-track { flex: 1; position: relative; height: 16px; margin-right: 12px; }
-.lab-pe-tl-head .lab-pe-tl-track { height: 30px; }
+.lab-pe-tl-head .lab-pe-tl-track { height: 34px; }
 .lab-pe-tl-tick { position: absolute; top: 2px; font-size: 10px; color: #666; transform: translateX(-50%); white-space: nowrap; }
-.lab-pe-tl-tick::after { content: ""; position: absolute; left: 50%; top: 14px; height: 12px; border-left: 1px solid #ccc; }
-.lab-pe-tl-unit { position: absolute; left: 0; bottom: 1px; font-size: 10px; color: #444; }
+.lab-pe-tl-tick::after { content: ""; position: absolute; left: 50%; top: 14px; height: 16px; border-left: 1px solid #ccc; }
+.lab-pe-tl-unit { font-size: 10px; color: #444; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .lab-pe-tl-row { cursor: pointer; border-bottom: 1px solid #f4f4f4; }
 .lab-pe-tl-row:hover { background: #f3f7ff; }
 .lab-pe-tl-row.selected { background: #dde8ff; font-weight: bold; }
@@ -51,10 +53,12 @@ const CSS = `
 .lab-pe-tl-row.hidden { display: none; }
 .lab-pe-tl-bar { position: absolute; top: 3px; height: 10px; min-width: 2px; border-radius: 2px; opacity: 0.85; }
 .lab-pe-tl-swatch { display: inline-block; width: 8px; height: 8px; margin-right: 4px; border-radius: 2px; }
-.lab-pe-detail { width: 270px; flex: none; padding: 6px; border-left: 1px solid #ddd; overflow-y: auto; max-height: 760px; word-break: break-word; }
-.lab-pe-detail table { border-collapse: collapse; }
-.lab-pe-detail td { vertical-align: top; padding: 1px 4px; }
-.lab-pe-detail .lab-pe-text, .lab-pe-detail pre { white-space: pre-wrap; font: 11px monospace; margin: 0; }
+.lab-pe-detail { width: 320px; flex: none; padding: 6px; border-left: 1px solid #ddd; overflow-y: auto; max-height: 300px; box-sizing: border-box; }
+.lab-pe-detail-title { overflow-wrap: anywhere; }
+.lab-pe-detail table { border-collapse: collapse; table-layout: fixed; width: 100%; }
+.lab-pe-detail td { vertical-align: top; padding: 1px 4px; overflow-wrap: anywhere; }
+.lab-pe-detail td:first-child { width: 78px; }
+.lab-pe-detail .lab-pe-field-text, .lab-pe-detail pre { white-space: pre-wrap; font: 11px monospace; margin: 0; }
 .lab-pe-tip { position: absolute; pointer-events: none; background: #fffbe6; border: 1px solid #caa;
   padding: 3px 6px; max-width: 320px; z-index: 10; display: none; font-size: 11px; white-space: pre-line; }
 `;
@@ -80,14 +84,16 @@ function styles(enc, big) {
       selector: "node",
       style: {
         label: "data(label)",
-        "font-size": 8,
+        "font-size": 10,
         "text-wrap": "wrap",
-        "text-max-width": 160,
-        "text-valign": "bottom",
-        "text-margin-y": 2,
-        "min-zoomed-font-size": 6,
-        width: 22,
-        height: 22,
+        "text-max-width": 170,
+        "text-halign": "right",
+        "text-valign": "center",
+        "text-justification": "left",
+        "text-margin-x": 4,
+        "min-zoomed-font-size": 5,
+        width: 20,
+        height: 20,
         "border-width": 3,
         "border-color": `mapData(trust, 0, 1, ${trust.color}, ${trust.color_high})`,
         "background-opacity": "mapData(trust, 0, 1, 0.35, 1)",
@@ -208,14 +214,14 @@ function renderDetail(box, d) {
     ["trust", d.trust],
     ["valid", d.valid],
   );
-  if (d.eligible !== null && d.eligible !== undefined) rows.push([`readable by ${d.agent}`, d.eligible ? "yes" : `no: ${d.reason}`]);
+  if (d.eligible !== null && d.eligible !== undefined) rows.push(["readable", d.eligible ? `yes, by ${d.agent}` : `no, by ${d.agent}: ${d.reason}`]);
   rows.push(["parents", (d.parents || []).join(", ")], ["children", (d.children || []).join(", ")]);
   if (d.gate) rows.push(["gate", `${d.gate.decision} (${d.gate.risk})`], ["gate reasons", (d.gate.reasons || []).join("; ")]);
   box.innerHTML =
     `<div class="lab-pe-detail-title"><b>${esc(d.id)}</b></div><table>` +
     rows
       .map(([k, v]) => {
-        const cls = `lab-pe-${esc(k.split(" ")[0])}`;
+        const cls = `lab-pe-field-${esc(k.split(" ")[0])}`;
         const body = k === "arguments" ? `<pre class="${cls}">${esc(v)}</pre>` : `<div class="${cls}">${esc(v)}</div>`;
         return `<tr><td><b>${esc(k)}</b></td><td>${body}</td></tr>`;
       })
@@ -242,7 +248,8 @@ function render({ model, el }) {
   const timeBar = h("div", { class: "lab-pe-time" }, "time", timeInput, timeLabel);
   const timelineBox = h("div", { class: "lab-pe-timeline" });
   const detail = h("div", { class: "lab-pe-detail" });
-  const root = h("div", { class: "lab-pe" }, side, h("div", { class: "lab-pe-main" }, cyBox, timeBar, timelineBox), detail);
+  // the graph takes the whole width beside the side panel; the timeline and the detail panel share the row below
+  const root = h("div", { class: "lab-pe" }, side, h("div", { class: "lab-pe-main" }, cyBox, timeBar, h("div", { class: "lab-pe-bottom" }, timelineBox, detail)));
   el.append(root);
 
   let cy = null;
@@ -332,7 +339,7 @@ function render({ model, el }) {
     const [lo, hi] = els.time_range || [0, 0];
     timeInput.min = String(lo);
     timeInput.max = String(hi);
-    timeInput.step = axis.step ? String(axis.step) : hi > lo ? String((hi - lo) / 1000) : "any";
+    timeInput.step = axis.step ? String(axis.step) : "any"; // whole messages, or continuous seconds
     timeInput.title = axis.name || "";
     const tmax = model.get("time_max");
     timeInput.value = String(tmax === null || tmax === undefined ? hi : tmax);
@@ -382,7 +389,8 @@ function render({ model, el }) {
     hitsCount.textContent = res.query ? `${res.total} match${res.total === 1 ? "" : "es"} for “${res.query}”` + (res.total > hits.length ? ` (first ${hits.length})` : "") : "";
     const label = new Map(((model.get("elements") || {}).nodes || []).map((n) => [n.data.id, n.data.label]));
     for (const hit of hits) {
-      const item = h("div", { class: "lab-pe-hit", "data-id": hit.id, title: hit.id }, String(label.get(hit.id) || hit.id).split("\n").join(" · "), h("small", {}, `${hit.field}: ${hit.snippet}`));
+      const where = hit.field === "label" || hit.field === "id" ? hit.id : `${hit.field}: ${hit.snippet}`;
+      const item = h("div", { class: "lab-pe-hit", "data-id": hit.id, "data-field": hit.field, title: hit.id }, String(label.get(hit.id) || hit.id).split("\n").join(" · "), h("small", {}, where));
       item.addEventListener("click", () => select(hit.id));
       hitsBox.append(item);
     }
@@ -492,7 +500,7 @@ function render({ model, el }) {
       nodes.forEach((n, i) => (n.position = pos[i]));
       layout = { name: "preset", fit: true };
     } else {
-      layout = { name: "dagre", rankDir: "LR", nodeSep: 30, rankSep: 110, fit: true, padding: 20 };
+      layout = { name: "dagre", rankDir: "LR", nodeSep: 14, rankSep: 190, fit: true, padding: 20 }; // labels right of their node: rankSep leaves room for them
     }
     const style = styles(els.encoding, big);
     style.push({ selector: "node.match-hover", style: { "underlay-color": "#1f77b4", "underlay-opacity": 0.5, "underlay-padding": 8 } });
@@ -521,9 +529,12 @@ function render({ model, el }) {
       if (!d.eligible) html += `\nnot readable: ${esc(d.reason)}`;
       if (d.gate) html += `\ngate: ${esc(d.gate)}`;
       tip.innerHTML = html;
-      tip.style.left = `${p.x + 12}px`;
-      tip.style.top = `${p.y + 12}px`;
       tip.style.display = "block";
+      // beside the pointer, on the side where it fits inside the graph's box
+      const left = p.x + 12 + tip.offsetWidth > cyBox.clientWidth ? Math.max(0, p.x - 12 - tip.offsetWidth) : p.x + 12;
+      const top = p.y + 12 + tip.offsetHeight > cyBox.clientHeight ? Math.max(0, p.y - 12 - tip.offsetHeight) : p.y + 12;
+      tip.style.left = `${left}px`;
+      tip.style.top = `${top}px`;
       tipNode = d.id;
     });
     cy.on("mouseout", "node", hideTip);
