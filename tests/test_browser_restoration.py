@@ -92,6 +92,14 @@ PROGRESS_OBSERVER_JS = """() => {
         .observe(el, {subtree: true, childList: true, characterData: true});
 }"""
 CHART = f"{DEMO} .js-plotly-plot"
+# where the defect chart's 'no defect terms' note is drawn, against the subplots' pixel extents
+NOTE_PLACE_JS = f"""() => {{
+    const el = document.querySelector({CHART!r}), size = el._fullLayout._size, box = el.getBoundingClientRect();
+    const note = Array.from(el.querySelectorAll('.annotation')).find(g => g.textContent.includes('no defect terms'));
+    const r = note.getBoundingClientRect(), d1 = el.layout.xaxis.domain, d2 = el.layout.xaxis2.domain;
+    return {{center: r.left + r.width / 2 - box.left, right: r.right - box.left,
+             left_mid: size.l + size.w * (d1[0] + d1[1]) / 2, right_start: size.l + size.w * d2[0]}};
+}}"""
 
 
 def _text(page, selector: str) -> str:
@@ -219,6 +227,9 @@ def check_demo(watch: PageWatch, prefix: str) -> None:
                    what="the b_bar panel to say why Flower has none")
     watch.wait_for(f"() => Array.from(document.querySelectorAll({CHART!r} + ' .annotation-text'))"
                    ".some(a => a.textContent.includes('no defect terms'))", what="the defect chart to say why it is empty")
+    # ... in the middle of the left subplot's area, clear of the right one
+    note = page.evaluate(NOTE_PLACE_JS)
+    assert abs(note["center"] - note["left_mid"]) < 15 and note["right"] < note["right_start"], note
     assert page.evaluate(f"() => ({VISIBLE_IMAGES_JS})('img.lab-rd-step-image')") == 3  # x, a_hat, b_hat drawn
     _shot(page, f"restoration_{prefix}_flower.png")
     page.locator(".lab-rd-method select").select_option(label="Bayes posterior mean (exact priors)")

@@ -626,7 +626,8 @@ class RestorationDemo(W.VBox):
                 # in paper coordinates: plotly.js draws nothing referenced to a hidden axis
                 x0, x1 = fig.layout[f"xaxis{suffix}"].domain
                 fig.add_annotation(text="<br>".join(textwrap.wrap(reasons[key], 48)), showarrow=False, xref="paper",
-                                   yref="paper", x=(x0 + x1) / 2, y=0.5, font=dict(size=12, color="#555"),
+                                   yref="paper", x=(x0 + x1) / 2, y=0.5, xanchor="center", yanchor="middle",
+                                   font=dict(size=12, color="#555"),
                                    bgcolor="#f4f4f4", bordercolor="#999", borderpad=6)
                 fig.update_xaxes(visible=False, row=1, col=col)
                 fig.update_yaxes(visible=False, row=1, col=col)
