@@ -492,3 +492,21 @@ def test_a_change_made_while_the_worker_redraws_is_not_dropped():
     release.set()
     t.join()
     assert w.wait().method == "flower" and set(w.hyper_widgets) == {"num_samples"}
+
+
+def test_widget_on_a_learned_prior_says_why_it_has_no_bayes_ceiling():
+    """A learned UNet prior (shipped weights): the Bayes panel shows a note saying why, not a blank square."""
+    from widgets import RestorationDemo
+
+    assert "learned-natural32" in D.available_priors()  # the weights ship with the package
+    w = RestorationDemo(prior="gaussian-digits", image=5, task="denoise", method="flower", nfe=20, wait=True)
+    assert w.slots["bayes"].reason is None and w.gallery.selected == 5
+    w.prior_picker.value = "learned-natural32"  # the gallery, the picker and the panels follow the new prior
+    w.wait()
+    assert w.result.prior == "learned-natural32" and w.result.bayes is None and "bayes" not in w.result.metrics
+    slot = w.slots["bayes"]
+    assert "no Bayes ceiling" in slot.reason and slot.image.layout.display == "none" and slot.note.layout.display is None
+    assert "no Bayes ceiling" in slot.note.value and w.panels["bayes"][1].value == ""
+    assert all(w.slots[n].reason is None for n in ("degraded", "restored", "truth"))
+    assert len(w.gallery.items) == 12 and w.image_picker.options[0][0] == "natural32 test #0"
+    assert [it["label"] for it in w.gallery.items][:2] == ["natural32 test #0", "natural32 test #1"] and w.gallery.selected == 5
