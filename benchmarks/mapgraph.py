@@ -18,7 +18,8 @@ sources (labels from 20 scopes or public, trust in [0.3, 1], 1% revoked) and mem
 in three layers derived from 1-2 records of the layers below. Each text carries one of 100 topic
 words and six of 500 filler words. A query names a topic and two filler words. Timed per query,
 **including candidate pre-selection**: :meth:`Retriever.retrieve` with a :class:`TextIndex` (BM25
-over every record, the top ``--preselect`` as candidates), the inherited-index read, the hard
+over every record; its top N as candidates, N the smallest size up to ``--preselect`` whose top 10
+agrees with pre-selecting everything on >= 99% of hits over separate validation queries), the inherited-index read, the hard
 filter, similarity x path trust, top 10. The baseline runs on the same queries: the same
 pre-selection (timed), then a naive networkx traversal per candidate (ancestors, labels,
 revocation, max-product path trust) and the same ranking. Latency is measured twice: as the
@@ -61,6 +62,8 @@ COUNTS = ("unauthorized_reads", "impermissible_allows", "unsafe_allows", "high_r
 DELTAS = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
 CURVE_METHODS = ("mapgraph", "mapgraph_no_path_trust", "mapgraph_no_permission_filter")
 _TOPICS = 100
+PRESELECT_SIZES = (100, 200, 300, 500, 1000)
+PRESELECT_RECALL = 0.99
 
 
 # ----------------------------------------------------------------------------- part 1
@@ -230,26 +233,38 @@ def retrieval_benchmark(n_records: int, n_queries: int, n_baseline: int, presele
     t0 = time.perf_counter()
     index = TextIndex(g)
     index_s = time.perf_counter() - t0
-    retriever = Retriever(g, AccessPolicy(g), "index", index=index, preselect=preselect)
     rng = random.Random(seed + 1)
     queries = [f"topic{rng.randrange(_TOPICS)} w{rng.randrange(500)} w{rng.randrange(500)}" for _ in range(n_queries)]
+    vrng = random.Random(seed + 2)  # validation queries: the pre-selection size is chosen on these, not the timed ones
+    val_queries = [f"topic{vrng.randrange(_TOPICS)} w{vrng.randrange(500)} w{vrng.randrange(500)}" for _ in range(50)]
+    exhaustive = Retriever(g, AccessPolicy(g), "index", index=index, preselect=len(index))
+
+    def recall(size: int, qs: list[str]) -> float:
+        r = Retriever(g, AccessPolicy(g), "index", index=index, preselect=size)
+        return float(np.mean([len({h.id for h in r.retrieve(agent, q, k=10).hits} & {h.id for h in exhaustive.retrieve(agent, q, k=10).hits}) / 10 for q in qs]))
+
+    sizes = [n for n in PRESELECT_SIZES if n <= preselect] or [preselect]
+    val_recall = {n: recall(n, val_queries) for n in sizes}
+    chosen = next((n for n in sizes if val_recall[n] >= PRESELECT_RECALL), sizes[-1])
+    retriever = Retriever(g, AccessPolicy(g), "index", index=index, preselect=chosen)
     for q in queries[:5]:
         retriever.retrieve(agent, q, k=10)  # warm-up
     lat, cands, excl = _time_queries(retriever, agent, queries, 0)
     lat_loaded, _, _ = _time_queries(retriever, agent, queries, load)
     cold, _, _ = _time_queries(retriever, agent, queries, 0, cold=True)
     cold_loaded, _, _ = _time_queries(retriever, agent, queries, load, cold=True)
+    timed_recall = recall(chosen, queries[:100])
     pre = []
     for q in queries:
         t1 = time.perf_counter()
-        index.search(q, limit=preselect)
+        index.search(q, limit=chosen)
         pre.append((time.perf_counter() - t1) * 1000)
     G = g.to_networkx(lineage_only=True)
     scopes = AccessPolicy(g).scopes(agent)
     base, mlat, agree = [], [], 0
     for q in queries[:n_baseline]:  # the same queries, method and baseline back to back
         t1 = time.perf_counter()
-        top = _naive(G, scopes, dict(index.search(q, limit=preselect)))
+        top = _naive(G, scopes, dict(index.search(q, limit=chosen)))
         base.append((time.perf_counter() - t1) * 1000)
         g.update_node("agent:writer", reason="a write between queries", attributes={"tick": -1 - len(base)})  # cold, as the baseline
         t1 = time.perf_counter()
@@ -277,7 +292,7 @@ def retrieval_benchmark(n_records: int, n_queries: int, n_baseline: int, presele
     assert victim not in {h.id for h in res.hits}, victim
     g.close()
     runs = {"warm_idle": lat, "warm_loaded": lat_loaded, "cold_idle": cold, "cold_loaded": cold_loaded}
-    latency = {name: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))} for name, v in runs.items()}
+    latency = {name: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)), "p99": float(np.percentile(v, 99))} for name, v in runs.items()}
     worst = max(latency, key=lambda n: latency[n]["p95"])
     p95, b95 = latency[worst]["p95"], float(np.percentile(base, 95))
     return {
@@ -285,7 +300,11 @@ def retrieval_benchmark(n_records: int, n_queries: int, n_baseline: int, presele
         "graph_build_s": build_s,
         "text_index_build_s": index_s,
         "queries": n_queries,
-        "candidate_selection": f"TextIndex BM25 top {preselect}, timed inside each query (Retriever(index=...))",
+        "candidate_selection": f"TextIndex BM25 top {chosen}, timed inside each query (Retriever(index=...))",
+        "preselect": chosen,
+        "preselect_chosen_on": f"50 validation queries: the smallest of {sizes} with recall@10 >= {PRESELECT_RECALL} against pre-selecting every record",
+        "preselect_validation_recall_at_10": {str(n): v for n, v in val_recall.items()},
+        "recall_at_10_on_timed_queries": timed_recall,
         "scorer": "index (the pre-selection's BM25, normalized by the best candidate)",
         "candidates_per_query": float(np.mean(cands)),
         "excluded_per_query": float(np.mean(excl)),
@@ -376,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--baseline-queries", type=int, default=20)
-    ap.add_argument("--preselect", type=int, default=1000)
+    ap.add_argument("--preselect", type=int, default=1000, help="largest pre-selection size tried")
     ap.add_argument("--load", type=int, default=2, help="extra busy processes while latency is measured")
     ap.add_argument("--quick", action="store_true", help="CI size: 2 seeds, 24 tasks per domain and split, 3,000 records")
     a = ap.parse_args(argv)

@@ -104,12 +104,15 @@ class TextIndex:
             cap = max(grow, 2 * len(self._alive), 1024)
             self._alive = np.concatenate([self._alive, np.zeros(cap - len(self._alive), bool)])
             self._length = np.concatenate([self._length, np.zeros(cap - len(self._length))])
+        changed = False
         for node_id, (typ, body) in latest.items():
             old = self._doc_of.pop(node_id, None)
             if old is not None:
                 self._kill(old)
+                changed = True
             if typ not in _RECORD_TYPES:
                 continue
+            changed = True
             data = json.loads(body)
             counts = Counter(tokens(data.get("text", "")))
             doc = len(self._ids)
@@ -130,7 +133,8 @@ class TextIndex:
                 self._df[term] += 1
                 self._arrays.pop(term, None)
         self._seen = rows[-1][0]
-        self._norm = None
+        if changed:
+            self._norm = None
         return len(rows)
 
     def _kill(self, doc: int) -> None:
@@ -178,6 +182,7 @@ class TextIndex:
         avgdl = max(self._total_length / n_docs, 1e-9)
         size = len(self._ids)
         scores = np.zeros(size)
+        touched = []
         if self._norm is None or len(self._norm) != size:
             self._norm = self.k1 * (1 - self.b + self.b * self._length[:size] / avgdl)
         norm = self._norm
@@ -189,11 +194,16 @@ class TextIndex:
             docs, tf = arr
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tf * (self.k1 + 1) / (tf + norm[docs])
-        scores[~self._alive[:size]] = 0.0
+            touched.append(docs)
+        if not touched:
+            return []
+        hit = np.flatnonzero(scores)  # the documents holding a query token (BM25 terms are > 0)
+        hit = hit[self._alive[hit]]
         if run is not None:
-            scores[np.asarray([r != run for r in self._runs], bool)] = 0.0
-        hit = np.flatnonzero(scores > 0)
+            hit = hit[np.asarray([self._runs[d] == run for d in hit], bool)]
+        hit = hit[scores[hit] > 0]
         if len(hit) > limit:
             hit = hit[np.argpartition(-scores[hit], limit - 1)[:limit]]
         order = hit[np.lexsort((hit, -scores[hit]))]
-        return [(self._ids[d], float(scores[d])) for d in order]
+        ids = self._ids
+        return [(ids[d], s) for d, s in zip(order.tolist(), scores[order].tolist())]

@@ -16,6 +16,9 @@ similarity does not separate a statement from its negation.)
 
 Methods
 -------
+Every method ranks with the same similarity, the scorer (BM25 by default) over all of the task's
+records; gate methods retrieve the top :data:`K`.
+
 ``allow_all``                       naive floor: allow every action, read nothing.
 ``block_all``                       refuse every action (reason: policy), read nothing.
 ``semantic``                        BM25 over every record, no access control, no gate.
@@ -383,7 +386,16 @@ def _objective(s: dict, rule) -> tuple:
 
 
 class Prepared:
-    """Built contexts and stage-1 outputs for a task list (closed with :meth:`close`)."""
+    """Built contexts and stage-1 outputs for a task list (closed with :meth:`close`).
+
+    Parameters
+    ----------
+    tasks : list of Task
+    scorer : object with ``scores(query, texts)``
+        :func:`lab.provenance.embed.make_scorer`'s BM25 or MiniLM.
+    methods : iterable of str
+        Names from :data:`METHODS`.
+    """
 
     def __init__(self, tasks: list[Task], scorer, methods: Iterable[str]):
         self.tasks, self.methods = tasks, tuple(methods)
