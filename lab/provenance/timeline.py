@@ -26,6 +26,7 @@ as seconds since the run's first step (``+1.250 s``), others as they are.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -160,9 +161,9 @@ def timeline(graph: ProvenanceGraph, node_ids: Sequence[str]) -> dict[str, Any]:
         results = [float(graph_node.time) for graph_node in (by_id[d] for d in generated.get(n.id, [])) if graph_node.time >= start]
         if results:
             return min(results), "result"
-        later = [t for t in times if t > start]
-        if later:
-            return later[0], "next step"
+        k = bisect.bisect_right(times, start)
+        if k < len(times):
+            return times[k], "next step"
         return start + axis["step"], "last step"
 
     by_id = {n.id: n for n in nodes}
