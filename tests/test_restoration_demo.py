@@ -262,6 +262,8 @@ def test_widget_method_change_updates_the_output(widget):
     widget.hyper_widgets["dual_step"].value = 5.0
     widget.wait()
     assert "MethodError" in widget.status.value and widget.result.hyper["dual_step"] == 0.5
+    assert widget.progress.bar_style == "danger" and "stopped at 0/50 NFE" in widget.progress_label.value  # the ended state
+    assert "keeps the last result" in widget.status.value and widget.slots["restored"].reason is None
     widget.hyper_widgets["dual_step"].value = 1.0
     widget.wait()
     # NFE and the Bayes method (no steps)
