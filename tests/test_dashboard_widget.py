@@ -138,3 +138,14 @@ def test_bad_arguments_are_refused(real, sites, kwargs, error, message):
     }[sites]
     with pytest.raises(error, match=message):
         QueueDashboard(arg, **kwargs)
+
+
+def test_small_counts_get_one_tick_per_integer(real):
+    replay = QueueReplay(parse_swf(SMALL), name="tiny")
+    dash = QueueDashboard([replay], step_hours=1, start_day=0, points=10)
+    layout = dash.chart.figure["layout"]
+    assert layout["yaxis"]["dtick"] == 1 and layout["yaxis2"]["dtick"] == 1  # at most 2 jobs, 4 processors
+    dash.slider.value = 3
+    assert dash.chart.figure["layout"]["yaxis3"]["dtick"] == 1  # 2 jobs started
+    big = QueueDashboard(real)
+    assert "dtick" not in big.chart.figure["layout"]["yaxis"]  # Theta's hundreds: plotly's own ticks

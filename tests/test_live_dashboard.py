@@ -146,3 +146,12 @@ def test_site_state_follows_the_samples_age(tmp_path):
     log.append("alpha", "site.unavailable", "alpha", {"error": "down"}, at=111.0)
     live.update()
     assert live.state("alpha", 112.0).state == "unavailable"
+
+
+def test_small_counts_get_one_tick_per_integer(tmp_path):
+    """2 CPUs on a ",d" axis: plotly's automatic 0.5 steps would label the ticks 0, 1, 1, 2, 2."""
+    log = EventLog(tmp_path / "lab.db")
+    fill(log)
+    dash = LiveSitesDashboard(tmp_path / "lab.db", ["alpha", "beta"], clock=lambda: 103.0)
+    layout = dash.chart.figure["layout"]
+    assert [layout[a].get("dtick") for a in ("yaxis", "yaxis2", "yaxis3", "yaxis4")] == [1, 1, 1, 1]

@@ -92,7 +92,7 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
         self.chart = LiveChart()
         self.chart.layout.width = "100%" if self._width is None else f"{self._width}px"
         self.chart.layout.max_width = "100%"
-        self.status = W.HTML(layout=W.Layout(width="100%"))
+        self.status = W.HTML()  # its own margins: a width of 100% would reach 4 px past the output area
         self.status.add_class("lab-live-status")
         self.jobs = SortableTable(max_height=300)
         self.decisions = SortableTable(max_height=220)
@@ -213,6 +213,9 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
                              "xaxis": _axis("x", index), "yaxis": _axis("y", index),
                              "hovertemplate": f"%{{x|%H:%M:%S}} UTC: %{{y:,d}} {unit}" + site})
             total = s.total_cpus if s and s.total_cpus is not None else None
+            for index, values in ((top, [*(s.pending if s else []), *(s.running if s else [])]), (bottom, [*(s.busy_cpus if s else []), total or 0])):
+                if values and max(values) <= 5:  # small counts: one tick per integer (",d" would print 0, 1, 1, 2, 2)
+                    layout[_axis("yaxis", index)]["dtick"] = 1
             data.append({"type": "scatter", "mode": "lines", "line": {"dash": "dash", "color": _COLOURS["total"]},
                          "x": [times[0], times[-1]] if times and total is not None else [], "y": [total, total] if times and total is not None else [],
                          "name": "site's CPUs", "legendgroup": "total", "showlegend": legend, "xaxis": _axis("x", bottom), "yaxis": _axis("y", bottom),

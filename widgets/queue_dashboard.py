@@ -114,6 +114,9 @@ class _SiteView:
             fig.update_yaxes(title_text="jobs started", row=3, col=col)
         for row in (1, 2, 3):
             fig.update_yaxes(tickformat=",d", rangemode="tozero", row=row, col=col)
+        for row, peak in ((1, max(timeline["pending"].max(), timeline["running"].max())), (2, max(timeline["busy_processors"].max(), r.capacity or 0))):
+            if peak <= 5:  # small counts: one tick per integer
+                fig.update_yaxes(dtick=1, row=row, col=col)
 
     def place(self, data: list, layout: dict, elapsed_s: float) -> QueueSnapshot:
         """Write this site's state at ``elapsed_s`` into copies of its traces, shapes and axes in ``data``/``layout``."""
@@ -128,6 +131,9 @@ class _SiteView:
         yaxis = _axis("yaxis", self.hist_axis)
         note = self.empty_note(elapsed_s, counts)
         layout[yaxis] = {**layout[yaxis], **({"range": [0, 1], "autorange": False, "showticklabels": False} if note else {"autorange": True})}
+        layout[yaxis].pop("dtick", None)
+        if not note and counts.max() <= 5:  # small counts: one tick per integer (",d" would print 0, 1, 1, 2, 2)
+            layout[yaxis]["dtick"] = 1
         if note:
             layout["annotations"].append({
                 "text": note, "showarrow": False, "font": {"color": "#555", "size": 12}, "name": f"empty:{self.name}",
