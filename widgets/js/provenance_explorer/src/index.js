@@ -373,8 +373,14 @@ function render({ model, el }) {
       bar.style.left = `${r.left * 100}%`;
       bar.style.width = `${r.width * 100}%`;
       bar.style.background = color;
-      const row = h("div", { class: "lab-pe-tl-row", "data-id": r.id, "data-depth": String(r.depth) }, name, h("div", { class: "lab-pe-tl-track" }, bar));
+      const row = h("div", { class: "lab-pe-tl-row", "data-id": r.id, "data-depth": String(r.depth), tabindex: "0", role: "button" }, name, h("div", { class: "lab-pe-tl-track" }, bar));
       row.addEventListener("click", () => select(r.id));
+      row.addEventListener("keydown", (evt) => {
+        if (evt.key === "Enter" || evt.key === " ") {
+          evt.preventDefault();
+          select(r.id);
+        }
+      });
       row.addEventListener("mouseenter", () => cy && cy.$id(r.id).addClass("match-hover"));
       row.addEventListener("mouseleave", () => cy && cy.$id(r.id).removeClass("match-hover"));
       rowsById.set(r.id, row);
