@@ -91,6 +91,9 @@ function styles(enc, big) {
         "text-valign": "center",
         "text-justification": "left",
         "text-margin-x": 4,
+        "text-background-color": "#fff", // edges pass behind the label, not through it
+        "text-background-opacity": 0.75,
+        "text-background-padding": 1,
         "min-zoomed-font-size": 5,
         width: 20,
         height: 20,
