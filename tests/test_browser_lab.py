@@ -37,7 +37,7 @@ from tests.browser import (
     run_all_cells,
     voila_notebook,
 )
-from tests.dashboard_checks import STATUS_JS, check_candidates, check_queue_dashboard, check_sites_live
+from tests.dashboard_checks import STATUS_JS, check_candidates, check_fits, check_queue_dashboard, check_sites_live
 
 TABS_JS = "() => Array.from(document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel')).map(e => e.innerText)"
 DISABLED_JS = "() => JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions"
@@ -139,6 +139,7 @@ def test_lab_runs_notebook_02_and_the_live_dashboard_shows_the_sites(tmp_path):
                 assert "this view no longer refreshes" in page.evaluate(STATUS_JS)
                 page.locator(".lab-live-candidates").scroll_into_view_if_needed()
                 check_candidates(watch, SITES)
+                check_fits(page, ".lab-live-dashboard", area_width=OUTPUT_AREA)  # with every event listed (long transfer ids)
                 page.screenshot(path=str(ARTIFACTS / "sites_lab.png"))
                 stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
                 assert stderr.count() == 0, stderr.all_inner_texts()

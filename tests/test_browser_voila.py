@@ -25,7 +25,7 @@ from tests.browser import (
     voila_notebook,
     voila_server,
 )
-from tests.dashboard_checks import STATUS_JS, check_candidates, check_queue_dashboard, check_sites_live
+from tests.dashboard_checks import STATUS_JS, check_candidates, check_fits, check_queue_dashboard, check_sites_live
 
 
 @pytest.mark.browser
@@ -38,7 +38,7 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
     log = tmp_path / "voila.log"
     with make_server("voila", "VOILA_PORT", log, VOILA_TOKEN=token) as port, sync_playwright() as pw:
         base = f"http://127.0.0.1:{port}"
-        assert f"{base}/?token={token}" in log.read_text()  # make voila prints the URL with its token
+        assert f"{base}/voila/tree/dashboards?token={token}" in log.read_text()  # make voila prints the dashboards' URL with its token
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)  # without the token: the login page
         conn.request("GET", "/")
         refused = conn.getresponse()
@@ -50,7 +50,7 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
             page = browser.new_page(viewport={"width": 1280, "height": 1000})  # a laptop's window: all three sites fit
             watch = PageWatch(page, "queue_voila")
             net = NetworkWatch(page, "queue_voila", voila=True)
-            page.goto(f"{base}/?token={token}", timeout=300_000)
+            page.goto(f"{base}/voila/render/dashboards/01_queues.ipynb?token={token}", timeout=300_000)  # the queues' dashboard
             check_queue_dashboard(watch, "queue_voila.png")
             assert not watch.page_errors, watch.page_errors
             net.check()  # every request went to 127.0.0.1 (no Font Awesome from a CDN), no console error
@@ -129,10 +129,11 @@ def test_voila_live_sites_dashboard(tmp_path):
                 watch.wait_for(f"() => /beta: unavailable/.test(({STATUS_JS})())", what="beta shown unavailable", timeout_s=60)
                 os.kill(int((work / "service.pid").read_text()), signal.SIGTERM)  # no more samples: alpha turns stale
                 watch.wait_for(f"() => /alpha: stopped or not polled: no sample for/.test(({STATUS_JS})())", what="alpha shown stale",
-                               timeout_s=150)
+                               timeout_s=90)  # the service's 30 s heartbeat and three 1 s polls, then stale
                 page.wait_for_function(
                     "() => Array.from(document.querySelectorAll('.lab-live-jobs tbody tr')).every(r => r.classList.contains('lab-muted'))",
                     timeout=10_000)
+                check_fits(page, ".lab-live-dashboard")  # with the long "unavailable" error in the status line
                 page.locator(".lab-live-dashboard").scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / "sites_voila_stale.png"), full_page=True)
                 assert not watch.page_errors, watch.page_errors

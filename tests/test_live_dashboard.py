@@ -155,3 +155,32 @@ def test_small_counts_get_one_tick_per_integer(tmp_path):
     dash = LiveSitesDashboard(tmp_path / "lab.db", ["alpha", "beta"], clock=lambda: 103.0)
     layout = dash.chart.figure["layout"]
     assert [layout[a].get("dtick") for a in ("yaxis", "yaxis2", "yaxis3", "yaxis4")] == [1, 1, 1, 1]
+
+
+def test_an_unchanged_queue_is_not_stale_before_its_heartbeat(tmp_path):
+    """The service writes a site's queue on each change and, unchanged, every heartbeat_s (30 s): samples 1 s apart
+    then 14 s of silence is a quiet site, not a stopped one (it was shown stale after 10 s)."""
+    log = EventLog(tmp_path / "lab.db")
+    for t in (100.0, 101.0, 102.0, 103.0):
+        log.append("alpha", "site.queue", "alpha", {"pending": int(t) % 2, "running": 1, "idle_cpus": 0, "total_cpus": 1, "time": t,
+                                                    "every_s": 1.0, "heartbeat_s": 30.0}, at=t)
+    live = LiveSites(log)
+    live.update()
+    assert live.state("alpha", 117.0) == SiteState("live", 14.0, 33.0)
+    assert live.state("alpha", 137.0).state == "stale"
+
+
+def test_the_service_says_its_heartbeat(tmp_path):
+    from lab.hpc.continuation import ContinuationService
+    from lab.hpc.schedulers.local import LocalScheduler
+
+    with LocalScheduler("alpha", cpus=1, workdir=tmp_path / "w") as sched:
+        service = ContinuationService(tmp_path / "lab.db", {"alpha": sched}, queue_every_s=2.0, heartbeat_s=20.0)
+        try:
+            service.poll_queues()
+        finally:
+            service.close()
+    live = LiveSites(tmp_path / "lab.db")
+    live.update()
+    s = live.sites["alpha"]
+    assert (s.every_s, s.heartbeat_s) == (2.0, 20.0) and live.state("alpha", s.time[-1] + 25).state == "live"

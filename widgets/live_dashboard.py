@@ -193,6 +193,7 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
             top, bottom = k + 1, n + k + 1  # axis numbers: row 1 and row 2 of column k
             for index, domain_y, title in ((top, [0.56, 1.0], "jobs"), (bottom, [0.0, 0.42], "busy CPUs")):
                 layout[_axis("xaxis", index)] = {"domain": [x0, x0 + width], "anchor": _axis("y", index), "type": "date",
+                                                 "tickformat": "%H:%M:%S", "hoverformat": "%H:%M:%S",  # one line: the title fits under it
                                                  "matches": "x" if index != 1 else None, "showticklabels": index == bottom,
                                                  "title": {"text": "time (UTC)"} if index == bottom else None}
                 layout[_axis("yaxis", index)] = {"domain": domain_y, "anchor": _axis("x", index), "rangemode": "tozero", "tickformat": ",d",

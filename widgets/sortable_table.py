@@ -30,7 +30,10 @@ CSS = """
 .lab-sortable-table .lab-table-count { color: #555; }
 .lab-sortable-table .lab-table-scroll { overflow: auto; }
 .lab-sortable-table table.lab-table { border-collapse: collapse; font-size: 12px; }
-.lab-sortable-table th, .lab-sortable-table td { white-space: nowrap; padding: 1px 8px; text-align: left; }
+.lab-sortable-table th, .lab-sortable-table td { padding: 1px 8px; text-align: left; vertical-align: top; }
+/* numbers, clock times and headers never wrap; long text (ids, reasons) may, so that the table fits its area */
+.lab-sortable-table th, .lab-sortable-table td.lab-num { white-space: nowrap; }
+.lab-sortable-table td { overflow-wrap: anywhere; }
 .lab-sortable-table th { position: sticky; top: 0; background: #f2f2f2; cursor: pointer; user-select: none; }
 .lab-sortable-table th:hover { background: #e4e4e4; }
 .lab-sortable-table .lab-num { text-align: right; font-variant-numeric: tabular-nums; }

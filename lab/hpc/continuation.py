@@ -333,7 +333,9 @@ class ContinuationService:
             last = self._last_queue.get(site)
             if last is None or last[0] != state or now - last[1] >= self.heartbeat_s:
                 payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time,
-                           "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs]}
+                           "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs],
+                           # an unchanged queue is written again after heartbeat_s: a reader knows when silence means stopped
+                           "every_s": self.queue_every_s, "heartbeat_s": self.heartbeat_s}
                 appended.append(self.log.append(site, "site.queue", site, payload, at=q.time))
                 self._last_queue[site] = (state, now)
         return appended

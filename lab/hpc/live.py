@@ -50,6 +50,8 @@ class SiteSeries:
     available: bool = True
     error: str | None = None
     jobs: list[JobStatus] = field(default_factory=list)  # the active jobs of the newest sample
+    every_s: float | None = None  # the writer's poll interval and heartbeat, where its samples say them
+    heartbeat_s: float | None = None
 
 
 class LiveSites:
@@ -81,12 +83,17 @@ class LiveSites:
     def state(self, name: str, now: float, *, stale_after_s: float | None = None) -> SiteState:
         """Whether site ``name``'s numbers are current at ``now`` (epoch s).
 
-        ``stale_after_s`` defaults to three times the median spacing of the site's samples (the
-        service's poll interval, as observed), and at least 10 s.
+        ``stale_after_s`` defaults to the longest silence the writer allows an unchanged queue: the
+        service's ``heartbeat_s`` plus three of its polls (``every_s``), at least 10 s, when its samples
+        say so (the continuation service's do); for samples without them, three times the median spacing
+        of the site's samples, and at least 10 s. (A queue that does not change is only written every
+        ``heartbeat_s``: its age alone says nothing before that.)
         """
         s = self.sites.get(name)
         if s is None or not s.time:
             return SiteState("unavailable" if s is not None and not s.available else "no sample", None, stale_after_s or 10.0)
+        if stale_after_s is None and s.heartbeat_s is not None:
+            stale_after_s = max(10.0, s.heartbeat_s + 3 * (s.every_s or 1.0))
         if stale_after_s is None:
             gaps = sorted(b - a for a, b in zip(s.time, s.time[1:]))
             stale_after_s = max(10.0, 3 * gaps[len(gaps) // 2]) if gaps else 10.0
@@ -129,6 +136,7 @@ class LiveSites:
             s.total_cpus = p["total_cpus"]
             s.busy_cpus.append(p["total_cpus"] - p["idle_cpus"])
             s.jobs = [JobStatus.model_validate(j) for j in p.get("jobs", [])]
+            s.every_s, s.heartbeat_s = p.get("every_s"), p.get("heartbeat_s")
             s.available, s.error = True, None
         elif kind in ("site.unavailable", "site.available"):
             s = self.sites.setdefault(event.key, SiteSeries())
