@@ -62,17 +62,21 @@ lab: setup
 	  --ServerApp.jpserver_extensions=notebook_shim=False --LabApp.workspaces_dir="$$ws" \
 	  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
-# Voila asks for a token too: VOILA_TOKEN, else LAB_TOKEN, else a fresh one. Both servers get their token through
-# the environment (JUPYTER_TOKEN), never the command line, where `ps` would show it to every user of a login node.
-# The page renders with the project's template, jupyter-data/voila/templates/research-lab (found through JUPYTER_PATH):
-# Voila's lab template without its Font Awesome stylesheets from a CDN, so no request leaves 127.0.0.1.
+# Voila serves the notebooks folder and opens its dashboards/ (one short notebook per widget, widget first; each links
+# its lesson, which Voila renders too). Voila asks for a token: VOILA_TOKEN, else LAB_TOKEN, else a fresh one. Both
+# servers get their token through the environment (JUPYTER_TOKEN), never the command line, where `ps` would show it to
+# every user of a login node. The page renders with the project's template, jupyter-data/voila/templates/research-lab
+# (found through JUPYTER_PATH): Voila's lab template without its Font Awesome stylesheets from a CDN, so no request
+# leaves 127.0.0.1. notebooks/voila.json (read from the working folder) preheats a kernel for the queue dashboard only:
+# a preheated kernel runs its notebook ahead of a visit, and the others start Slurm sites or training runs. It lists
+# folders with the classic tree: Voila 0.5's newer one shows the root whatever folder the URL names.
 VOILA_DATA_PATH := $(CURDIR)/jupyter-data
 voila: setup
 	@token=$${VOILA_TOKEN:-$${LAB_TOKEN:-$$($(NEW_TOKEN))}}; \
-	echo; echo "  research-lab: open http://127.0.0.1:$(VOILA_PORT)/?token=$$token"; echo; \
+	echo; echo "  research-lab: open http://127.0.0.1:$(VOILA_PORT)/voila/tree/dashboards?token=$$token"; echo; \
 	cd notebooks && JUPYTER_TOKEN=$$token JUPYTER_PATH="$(VOILA_DATA_PATH)$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 	  exec "$(abspath $(BIN))/voila" --no-browser --Voila.ip=127.0.0.1 --port=$(VOILA_PORT) \
-	  --Voila.auto_token=True --template=research-lab 01_site_queues.ipynb
+	  --Voila.auto_token=True --template=research-lab .
 
 # The browser test needs Debian's Chromium; as root we install it, otherwise the test fails and says how.
 chromium:
