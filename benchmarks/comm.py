@@ -77,6 +77,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from benchmarks._common import write
 from lab.training.comm.codecs import get_codec
@@ -183,7 +184,7 @@ class _Study:
     """
 
     def __init__(self, corpus: TextCorpus, s: Settings, *, seed: int, steps: int):
-        self.s, self.steps = s, steps
+        self.s, self.steps, self.seed = s, steps, seed
         cfg = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, **s.codec_model)
         torch.manual_seed(seed)
         self.model = GPT(cfg)
@@ -213,7 +214,7 @@ class _Study:
 
     def __iter__(self) -> Iterator[tuple[int, bool]]:
         s = self.s
-        for step in range(1, self.steps + 1):
+        for step in tqdm(range(1, self.steps + 1), desc=f"codec study, seed {self.seed}", unit="step", leave=False):
             for g in self.opt.param_groups:
                 g["lr"] = _lr(step, s.codec_lr, s.codec_warmup, self.steps)
             x, y = self.sampler.batch(self.tokens, step, 0)
@@ -763,16 +764,21 @@ class _Runner:
         from lab.training.run import launch
 
         todo = {k: v for k, v in specs.items() if k not in self.results}
-        if self.s.parallel_launch:
-            t0 = time.perf_counter()
-            procs = {k: launch(_train_config(self.s, self.workdir, k, **v), nproc=self.s.nproc) for k, v in todo.items()}
-            for k, p in procs.items():
-                self._finish(k, todo[k], p.wait(), time.perf_counter() - t0)
-        else:
-            for k, v in todo.items():
+        with tqdm(total=len(todo), desc="training runs", unit="run") as bar:
+            if self.s.parallel_launch:
                 t0 = time.perf_counter()
-                p = launch(_train_config(self.s, self.workdir, k, **v), nproc=self.s.nproc)
-                self._finish(k, v, p.wait(), time.perf_counter() - t0)
+                procs = {k: launch(_train_config(self.s, self.workdir, k, **v), nproc=self.s.nproc) for k, v in todo.items()}
+                for k, p in procs.items():
+                    bar.set_postfix_str(k)
+                    self._finish(k, todo[k], p.wait(), time.perf_counter() - t0)
+                    bar.update()
+            else:
+                for k, v in todo.items():
+                    bar.set_postfix_str(k)
+                    t0 = time.perf_counter()
+                    p = launch(_train_config(self.s, self.workdir, k, **v), nproc=self.s.nproc)
+                    self._finish(k, v, p.wait(), time.perf_counter() - t0)
+                    bar.update()
         return {k: self.results[k] for k in specs}
 
     def _finish(self, run_id: str, spec: dict, rc: int, wall_s: float) -> None:

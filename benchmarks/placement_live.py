@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from benchmarks.placement_replay import summarize
 from lab.hpc import skills
@@ -137,7 +138,7 @@ def run_live(
         calls = base / "resumes.txt"
         probes = []  # (round, site, key, stdout)
         decisions = []
-        for r in range(rounds):
+        for r in tqdm(range(rounds), desc="live rounds", unit="round"):
             ntasks = int(rng.integers(1, 3))
             run_s = float(rng.uniform(4, 12))
             spec = JobSpec(name=f"probe{r}", command=f"sleep {run_s:.2f}; date +%s.%N", ntasks=ntasks, walltime_s=60)
@@ -161,9 +162,11 @@ def run_live(
                 fed.continuations.resume_ready()
                 time.sleep(0.1)
         deadline = time.time() + drain_timeout_s
-        while time.time() < deadline and fed.continuations.waiting():
-            fed.continuations.resume_ready()
-            time.sleep(0.1)
+        with tqdm(total=len(probes), desc="probes finished", unit="probe") as bar:
+            while time.time() < deadline and fed.continuations.waiting():
+                fed.continuations.resume_ready()
+                bar.update(max(0, len(probes) - len(fed.continuations.waiting()) - bar.n))
+                time.sleep(0.1)
         stop.set()
     finally:
         if service is not None:

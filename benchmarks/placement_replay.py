@@ -50,6 +50,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 import numpy as np
+from tqdm import tqdm
 
 from benchmarks._common import write
 from lab.hpc.sim import DOWNTIME_MIN_PENDING, DOWNTIME_MIN_S, NASA_REQUEST_FACTOR, QueuePredictor, SiteObservation, SiteTimeline
@@ -283,7 +284,7 @@ def evaluate(sites: dict[str, SiteTimeline], rounds: list[dict], latency: dict[s
     names = list(sites)
     policies = [f"fixed:{n}" for n in names] + ["least_pending", "idle_first", *predictors]
     completion, round_ids, chosen, records = [], [], {p: [] for p in policies}, []
-    for r, rnd in enumerate(rounds):
+    for r, rnd in enumerate(tqdm(rounds, desc="matched rounds", unit="round", leave=False)):
         obs = {n: sites[n].observe(rnd["times"][n]) for n in names}
         plans = {pn: {n: pr.plan(obs[n]) for n in names} for pn, pr in predictors.items()}
         for p, run, req in zip(rnd["processors"].tolist(), rnd["runtime_s"].tolist(), rnd["requested_s"].tolist()):
