@@ -115,6 +115,7 @@ def test_dashboard_runs_headless_shows_its_widget_first_and_cleans_up(path, monk
             assert not errors, errors
             shown = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
             assert shown and WIDGET_VIEW in shown[0].get("data", {}), f"{path.name}: the first thing shown is not a widget: {shown[:1]}"
+            assert len(shown) == 1, f"{path.name}: shows more than its widget: {[o.get('data', {}).get('text/plain') for o in shown[1:]]}"
             # the widget the page shows, by its model id, and what it drew
             probe = nbformat.v4.new_code_cell(
                 "from ipywidgets.widgets.widget import _instances\n"
