@@ -283,58 +283,6 @@ class PageWatch:
             self.page.wait_for_timeout(poll_s * 1000)  # lets Playwright deliver websocket events
 
 
-def pending_at_day(day: float) -> list[int]:
-    """Pending jobs at ``day`` days into each of the notebook's three sites, as lab.hpc.queue computes them."""
-    from lab.hpc import QueueReplay, load_trace
-
-    replays = [QueueReplay(load_trace(name)) for name in ("theta_2022", "theta_2023", "hpc2n")]
-    return [r.snapshot(r.first_submit + day * 86400).pending for r in replays]
-
-
-# One figure, one column of subplots per site: 7 traces and 2 marker lines per site.
-STATE_JS = """() => { const el = document.querySelector('.js-plotly-plot');
-    return [0, 1, 2].map(k => [el.layout.shapes[2 * k].x0, el.data[7 * k + 4].y[0]]); }"""
-TABLES_JS = "() => Array.from(document.querySelectorAll('.lab-pending-table')).map(el => el.innerText)"
-
-
-def check_dashboard_follows_slider(watch: PageWatch, screenshot: str) -> None:
-    """On a page showing 01_site_queues' dashboard: it opens at day 30; one day of slider moves
-    every site's marker, "pending now" dot and pending-jobs table. Saves a screenshot."""
-    page = watch.page
-    watch.wait_for(
-        "() => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 3 * 6",
-        what="the dashboard's figure (3 sites x 6 traces)",
-        timeout_s=300,
-    )
-    watch.wait_for(
-        "() => Array.from(document.querySelectorAll('.lab-pending-table')).filter(e => e.innerText.includes('longest-waiting')).length >= 2",
-        what="the pending-jobs tables",
-    )
-    before_state, before_tables = page.evaluate(STATE_JS), page.evaluate(TABLES_JS)
-    assert len(before_tables) == 3
-    assert [x0 for x0, _ in before_state] == pytest.approx([30.0, 30.0, 30.0]), before_state  # opens at day 30
-    assert [y for _, y in before_state] == pending_at_day(30)
-
-    handle = page.locator(".widget-slider .noUi-handle").first
-    handle.focus()
-    for _ in range(4):  # 4 steps of 6 h, pressed without waiting: one day later
-        page.keyboard.press("ArrowRight")
-    watch.wait_for(
-        "() => document.querySelector('.js-plotly-plot').layout.shapes.every(s => Math.abs(s.x0 - 31) < 1e-9)",
-        what="every site's day marker at day 31",
-    )
-    watch.wait_for(
-        f"(before) => ({TABLES_JS})().some((t, i) => t !== before[i])", arg=before_tables, what="the tables to change"
-    )
-    after_state, after_tables = page.evaluate(STATE_JS), page.evaluate(TABLES_JS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.locator(".widget-slider").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / screenshot))
-    assert after_tables[0] != before_tables[0]  # Theta 2022's queue a day later
-    assert [x0 for x0, _ in after_state] == pytest.approx([31.0, 31.0, 31.0])
-    assert [y for _, y in after_state] == pending_at_day(31)
-
-
 # --- nothing leaves the machine: every request a page makes, and its console -----------------------
 #
 # A dashboard runs on an HPC login or compute node, offline: every request must go to the lab's own server
