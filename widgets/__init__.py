@@ -13,7 +13,12 @@ nothing themselves.
 * :class:`RestorationDemo` -- flow-matching image restoration of one image (a test image or the user's upload):
   degradation, method (ReBridge-Flow and its readings, the re-coupled ADMM variant, the baselines), NFE and
   hyper-parameters in; degraded, restored, ground truth and Bayes ceiling with PSNR/SSIM out, and a scrubbable
-  trajectory of a_hat, b_hat, b_bar, the defect terms and the measurement mismatch per step.
+  trajectory of a_hat, b_hat, b_bar, the defect terms and the measurement mismatch per step; an example gallery,
+  a side-by-side compare of two methods and PNG downloads.
+
+Building blocks the views share: :class:`~widgets.live_chart.LiveChart` (a plotly figure drawn whole from one
+synced dict), :class:`~widgets.sortable_table.SortableTable`, :class:`~widgets.download.DownloadButton`,
+:class:`~widgets.image_gallery.ImageGallery`.
 """
 
 from widgets.live_dashboard import LiveSitesDashboard
