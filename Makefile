@@ -10,7 +10,7 @@ LAB_ROOT ?= notebooks
 PYTEST_ARGS ?=
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup data lab voila test bench chromium slurm clean
+.PHONY: screenshots setup data lab voila test bench chromium slurm clean
 
 # Idempotent: re-runs pip only when pyproject.toml or requirements-nodeps.txt changed since the last install.
 # requirements-nodeps.txt lists packages installed without their (py2-era or conflicting) dependencies,
@@ -108,6 +108,16 @@ bench: setup slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.mapgraph --out benchmarks/results/mapgraph.json
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs $(BENCH_JOBS) --learned-claims full --ship
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.comm --out benchmarks/results/comm.json
+
+# The README's screenshots: the browser tests save them in test-artifacts/; these are copied, at most
+# 1200 px wide, to docs/screenshots/ (committed, so the README shows them without a test run).
+SCREENSHOTS := queue_lab sites_voila_live voila_dashboard_provenance_explorer voila_dashboard_training_monitor \
+	voila_dashboard_restoration_demo
+
+screenshots: setup chromium slurm
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -m browser $(PYTEST_ARGS)
+	@mkdir -p docs/screenshots
+	$(BIN)/python -c "import sys; from PIL import Image; [(im := Image.open(f'test-artifacts/{n}.png')).thumbnail((1200, 4000)) or im.save(f'docs/screenshots/{n}.png', optimize=True) or print('docs/screenshots/' + n + '.png', im.size) for n in sys.argv[1:]]" $(SCREENSHOTS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache test-artifacts
