@@ -5,7 +5,7 @@ a continuation service, ``torchrun`` jobs, temporary folders. ``atexit`` is not 
 exit within its manager's grace period (Jupyter's ``shutdown_wait_time``, 5 s) is killed, and a killed process
 runs no handler. :func:`after_exit` instead starts ``python -m lab.cleanup``, a watchdog in its own session that
 waits for the owner process to end (gone, or a zombie) and then, in order:
-terminates the processes given (SIGTERM, then SIGKILL after ``grace_s``; only a process whose command line is
+terminates the processes given (SIGTERM, then SIGKILL after ``grace_s``; only a process whose start time is
 still the one recorded, so a reused pid is left alone), brings the :class:`lab.hpc.testbed.Testbed` folders
 down, and removes the paths.
 """
@@ -32,19 +32,19 @@ class CleanupError(LabError, ValueError):
     """A cleanup plan names something that cannot be watched or removed (the field is named)."""
 
 
-def _cmdline(pid: int) -> str | None:
+def _started(pid: int) -> str | None:
+    """When ``pid`` started (``/proc/<pid>/stat``'s starttime, clock ticks since boot), None if it is gone or a
+    zombie: the process's identity, set at fork and kept through exec (a command line changes at exec, so one
+    read just after ``Popen`` may still be the parent's)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
         return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")  # a zombie has ended
+    return _started(pid) is not None
 
 
 def after_exit(*, processes: Sequence[int | subprocess.Popen] = (), testbeds: Sequence[str | Path] = (),
@@ -81,25 +81,25 @@ def after_exit(*, processes: Sequence[int | subprocess.Popen] = (), testbeds: Se
             "testbeds": [str(Path(t).resolve()) for t in testbeds], "paths": [str(Path(p).resolve()) for p in paths]}
     for p in processes:
         pid = p.pid if isinstance(p, subprocess.Popen) else int(p)
-        cmd = _cmdline(pid)
-        if cmd is None:
+        started = _started(pid)
+        if started is None:
             raise CleanupError(f"after_exit: process {pid} is not running, nothing to stop")
-        plan["processes"].append({"pid": pid, "cmdline": cmd})
+        plan["processes"].append({"pid": pid, "started": started})
     return subprocess.Popen([sys.executable, "-m", "lab.cleanup", json.dumps(plan)], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _stop(pid: int, cmdline: str, grace_s: float) -> None:
-    if _cmdline(pid) != cmdline:  # gone, or the pid now belongs to another process
+def _stop(pid: int, started: str, grace_s: float) -> None:
+    if _started(pid) != started:  # gone, or the pid now belongs to another process
         return
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _cmdline(pid) == cmdline:
+    while time.monotonic() < deadline and _started(pid) == started:
         time.sleep(0.2)
-    if _cmdline(pid) == cmdline:
+    if _started(pid) == started:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -111,7 +111,7 @@ def run(plan: dict, poll_s: float = 0.5) -> None:
     while _alive(plan["owner"]):
         time.sleep(poll_s)
     for p in plan["processes"]:
-        _stop(p["pid"], p["cmdline"], plan["grace_s"])
+        _stop(p["pid"], p["started"], plan["grace_s"])
     for folder in plan["testbeds"]:
         subprocess.run([sys.executable, "-m", "lab.hpc.testbed", "down", "--dir", folder], check=False, timeout=120,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -21,6 +21,7 @@ def _wait_until(condition, timeout_s=30.0):
 
 def test_a_killed_owner_still_gets_its_processes_stopped_and_folders_removed(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # registered the instant it is spawned, maybe before its exec (a command line read then is still pytest's)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     folder = tmp_path / "scratch"
     (folder / "sub").mkdir(parents=True)

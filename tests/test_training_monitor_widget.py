@@ -277,3 +277,16 @@ def test_log_axes_get_ticks_no_closer_than_a_label(tmp_path):
     assert len(bytes_axis["tickvals"]) >= 2 and min_gap(bytes_axis["tickvals"], 1004 / 10**0.5, 1004 * 10**0.5, px) >= MIN_TICK_GAP_PX
     mon.y_scale = "linear"
     assert "tickvals" not in mon.figure["layout"]["yaxis"] and "range" not in mon.figure["layout"]["yaxis3"]
+
+
+def test_download_button_keeps_clear_of_ipywidgets_tooltip():
+    """ipywidgets' DOMWidgetView.updateTooltip reads a ``description`` trait whenever ``tooltip`` is set: a
+    DownloadButton with its own ``tooltip`` failed to render ("Cannot read properties of undefined (reading
+    'length')"). Its hover text is ``hint``; the text it saves is state, so a click needs no kernel."""
+    from widgets.download import DownloadButton
+
+    b = DownloadButton(text="a,b\n1,2\n", filename="x.csv", label="export", hint="what it saves")
+    assert "tooltip" not in DownloadButton.class_own_traits() and b.tooltip is None
+    state = b.get_state()
+    assert (state["text"], state["filename"], state["mime"], state["hint"]) == ("a,b\n1,2\n", "x.csv", "text/csv", "what it saves")
+    assert "change:hint" in b._esm.read_text() if hasattr(b._esm, "read_text") else "change:hint" in b._esm
