@@ -72,9 +72,11 @@ class EvidenceRule(BaseModel):
 
 #: Every class needs evidence at least as likely right as wrong (path trust >= 0.5) and written
 #: within the last week; the costlier to undo, the more trust and independent support, and the
-#: fresher. Chosen on the validation split of :mod:`lab.provenance.tasks` (seed 1): the earlier
-#: low-risk rule (trust >= 0.3, no age limit; medium: 30 days) allowed 59 of 498 attack tasks
-#: there (stale records, unvetted summaries); these allow none, at 100% clean accuracy.
+#: fresher. These are hand-set, conservative defaults (MAP-Graph publishes no thresholds), not fitted:
+#: ``benchmarks.mapgraph`` tunes its own rules per generator seed on a shifted validation split and passes
+#: them as ``ActionGate(rules=...)``; what it chose (``methods.mapgraph.tuning`` in
+#: ``benchmarks/results/mapgraph.json``) is trust 0.65-0.7 for low risk, 0.6-0.7 medium, 0.4-0.6 high
+#: and critical, with age limits of 1.5 to 10 days.
 DEFAULT_RULES: dict[Risk, EvidenceRule] = {
     Risk.LOW: EvidenceRule(min_trust=0.5, min_independent=1, max_age_s=7 * _DAY),
     Risk.MEDIUM: EvidenceRule(min_trust=0.5, min_independent=1, max_age_s=7 * _DAY),
