@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import secrets
-from pathlib import Path
 
 import pytest
 
