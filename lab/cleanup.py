@@ -123,6 +123,8 @@ def run(plan: dict, poll_s: float = 0.5) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lab.cleanup PLAN``: the watchdog :func:`after_exit` starts, with the JSON plan it wrote
+    (what to stop and remove once the watched process ends). Returns the exit status, 0."""
     parser = argparse.ArgumentParser(prog="python -m lab.cleanup", description=__doc__.splitlines()[0])
     parser.add_argument("plan", help="the JSON plan after_exit writes")
     run(json.loads(parser.parse_args(argv).plan))

@@ -264,6 +264,13 @@ class Table:
             object.__setattr__(self, "groups", tuple(dict.fromkeys(r.group for r in self.rows)))
 
     def column_index(self, key: str) -> int:
+        """Position of the column whose ``key`` is ``key``.
+
+        Raises
+        ------
+        KeyError
+            No such column (the message lists the table's column keys).
+        """
         for k, c in enumerate(self.columns):
             if c.key == key:
                 return k

@@ -124,6 +124,8 @@ class BetaDist(BaseModel):
     sd: float = Field(gt=0)
 
     def draw(self, rng: random.Random) -> float:
+        """One value in [0.001, 0.999], rounded to 3 decimals; the variance is capped at 95% of the largest a
+        Beta of this mean can have (``mean * (1 - mean)``), so any ``sd`` gives valid shape parameters."""
         var = min(self.sd**2, self.mean * (1 - self.mean) * 0.95)
         k = self.mean * (1 - self.mean) / var - 1
         return round(min(0.999, max(0.001, rng.betavariate(self.mean * k, (1 - self.mean) * k))), 3)
@@ -138,6 +140,7 @@ class LogNormalDays(BaseModel):
     sigma: float = Field(ge=0)
 
     def draw(self, rng: random.Random) -> float:
+        """One age, in days (> 0)."""
         return self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))
 
 
