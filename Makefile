@@ -10,7 +10,7 @@ LAB_ROOT ?= notebooks
 PYTEST_ARGS ?=
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: screenshots setup data lab voila test bench chromium slurm clean
+.PHONY: screenshots setup data lab voila test bench chromium slurm postgresql clean
 
 # Idempotent: re-runs pip only when pyproject.toml or requirements-nodeps.txt changed since the last install.
 # requirements-nodeps.txt lists packages installed without their (py2-era or conflicting) dependencies,
@@ -96,7 +96,17 @@ slurm:
 	  else echo "WARNING: slurm-wlm is missing and we are not root: the Slurm tests will fail (sudo apt-get install -y slurm-wlm)"; fi; \
 	fi
 
-test: setup chromium slurm
+# A local PostgreSQL for the MemTX store's second backend (Debian's postgresql: initdb and pg_ctl under
+# /usr/lib/postgresql/*/bin); the tests start a throwaway server in a temporary folder as the `postgres` user.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's postgresql for the MemTX store tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	  else echo "WARNING: postgresql is missing and we are not root: the PostgreSQL tests will fail (sudo apt-get install -y postgresql)"; fi; \
+	fi
+
+test: setup chromium slurm postgresql
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 BENCH_JOBS ?= 2
