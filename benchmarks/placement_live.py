@@ -10,10 +10,11 @@ real Slurm schedulers decide when everything starts.
 
 Every round, the same probe (1-2 CPUs, i.e. 50-100% of the smallest site; 4-12 s
 of run time) is submitted to all four sites at once (matched rounds). Just before,
-each policy decides from the live state it may see: ``fixed:<site>``,
-``least_pending`` and ``earliest_completion`` (:func:`lab.hpc.placement.place`:
-Slurm's backfill estimate from ``sbatch --test-only`` + walltime); ``idle_first``
-takes a site with enough idle CPUs, else least_pending. A probe's completion is the
+one :func:`lab.hpc.placement.place` call reads every site's live state (queue, idle
+CPUs, Slurm's backfill estimate from ``sbatch --test-only``) and every policy of
+:mod:`lab.hpc.placement` decides from those same candidates: ``fixed:<site>``,
+``least_pending``, ``idle_first`` and ``earliest_completion`` (estimate + walltime).
+A probe's completion is the
 time its script finished (it prints ``date +%s.%N`` last); a policy's extra time
 is its chosen site's completion minus the fastest site's.
 
@@ -37,7 +38,7 @@ from tqdm import tqdm
 
 from benchmarks.placement_replay import summarize
 from lab.hpc import skills
-from lab.hpc.placement import place
+from lab.hpc.placement import choose, place
 from lab.hpc.schedulers.base import JobSpec
 from lab.hpc.swf import load_trace
 from lab.hpc.testbed import Testbed
@@ -143,14 +144,14 @@ def run_live(
             run_s = float(rng.uniform(4, 12))
             spec = JobSpec(name=f"probe{r}", command=f"sleep {run_s:.2f}; date +%s.%N", ntasks=ntasks, walltime_s=60)
             t = time.time()
-            chosen = {}
-            for policy in ("least_pending", "earliest_completion"):
-                chosen[policy] = place(spec, fed.sites, fed.schedulers, policy, now=t).chosen
+            # one look at the sites (queues and sbatch --test-only estimates); every policy of
+            # lab.hpc.placement decides from those same candidates
             ec = place(spec, fed.sites, fed.schedulers, "earliest_completion", now=t)
-            idle = [c.site for c in ec.candidates if c.eligible and (c.idle_cpus or 0) >= ntasks]
-            chosen["idle_first"] = idle[0] if idle else chosen["least_pending"]
+            chosen = {"earliest_completion": ec.chosen}
+            for policy in ("least_pending", "idle_first"):
+                chosen[policy] = choose(policy, ec.candidates, processors=ntasks).site
             for name in names:
-                chosen[f"fixed:{name}"] = name
+                chosen[f"fixed:{name}"] = choose("fixed_site", ec.candidates, home=name).site
             decisions.append({"round": r, "time": t, "ntasks": ntasks, "run_s": run_s, "chosen": chosen})
             for name in names:
                 req = skills.ResourceRequest(name=f"probe{r}", command=spec.command, ntasks=ntasks, walltime_s=60)

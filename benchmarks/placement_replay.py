@@ -53,6 +53,8 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks._common import write
+from lab.hpc import placement
+from lab.hpc.placement import SiteState
 from lab.hpc.sim import DOWNTIME_MIN_PENDING, DOWNTIME_MIN_S, NASA_REQUEST_FACTOR, QueuePredictor, SiteObservation, SiteTimeline
 from lab.hpc.swf import load_trace
 
@@ -184,23 +186,24 @@ def sample_rounds(sites: dict[str, SiteTimeline], n_rounds: int, n_jobs: int, rn
 # --------------------------------------------------------------------------------------------- policies
 
 
-def _least_pending_key(names: list[str], obs: dict[str, SiteObservation]):
-    return min(names, key=lambda n: (obs[n].n_pending, -obs[n].free, names.index(n)))
+def site_views(obs: dict[str, SiteObservation], predicted: dict[str, float] | None = None) -> list[SiteState]:
+    """One :class:`lab.hpc.placement.SiteState` per site: pending jobs, free processors (0 when the site is
+    known to be down) and, when given, the predicted completion (seconds after submission)."""
+    predicted = predicted or {}
+    return [SiteState(site=n, pending=o.n_pending, free=o.free, predicted_completion=predicted.get(n)) for n, o in obs.items()]
 
 
-def choose(policy: str, names: list[str], obs: dict[str, SiteObservation], procs: int, predicted: dict[str, float]) -> str:
-    """The site a policy picks for one probe, from the observations (and, for ``earliest_completion*``,
-    ``predicted``: site -> predicted completion, seconds after submission). Ties go to the earlier site in ``names``."""
+def choose(policy: str, obs: dict[str, SiteObservation], procs: int, predicted: dict[str, float] | None = None) -> str:
+    """The site a policy picks for one probe: the policies of :mod:`lab.hpc.placement` (the ones that ship)
+    applied to :func:`site_views`. ``policy``: ``fixed:<site>``, ``least_pending``, ``idle_first`` or
+    ``earliest_completion[...]`` (any name starting so: argmin of ``predicted``, site -> predicted
+    completion, seconds after submission). Ties go by site name (:mod:`lab.hpc.placement`)."""
+    views = site_views(obs, predicted)
     if policy.startswith("fixed:"):
-        return policy.removeprefix("fixed:")
-    if policy == "least_pending":
-        return _least_pending_key(names, obs)
-    if policy == "idle_first":
-        idle = [n for n in names if obs[n].free >= procs]
-        return _least_pending_key(idle or names, obs)
+        return placement.choose("fixed_site", views, home=policy.removeprefix("fixed:")).site
     if policy.startswith("earliest_completion"):
-        return min(names, key=lambda n: (predicted[n], names.index(n)))
-    raise ValueError(f"unknown policy {policy!r}")
+        return placement.choose("earliest_completion", views).site
+    return placement.choose(policy, views, processors=procs).site
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -296,7 +299,7 @@ def evaluate(sites: dict[str, SiteTimeline], rounds: list[dict], latency: dict[s
             picks = {}
             for pol in policies:
                 predicted = {n: pred_wait[pol][n] + run + latency[n] for n in names} if pol in predictors else {}
-                picks[pol] = choose(pol, names, obs, p, predicted)
+                picks[pol] = choose(pol, obs, p, predicted)
                 chosen[pol].append(names.index(picks[pol]))
             completion.append([comp[n] for n in names])
             round_ids.append(r)

@@ -263,12 +263,20 @@ def test_bootstrap_resamples_whole_rounds_deterministically():
 def test_policies_choose_from_observations():
     a, b = toy_site(), tiny_site()
     obs = {"a": a.observe(75.0), "b": b.observe(1000.0)}  # a: 9 busy, 0 pending; b: 8 busy, 1 pending
-    names = ["a", "b"]
-    assert pr.choose("fixed:b", names, obs, 1, {}) == "b"
-    assert pr.choose("least_pending", names, obs, 1, {}) == "a"
-    assert pr.choose("idle_first", names, obs, 2, {}) == "b"  # only b has 2 free processors
-    assert pr.choose("idle_first", names, obs, 5, {}) == "a"  # nobody fits: least pending
-    assert pr.choose("earliest_completion", names, obs, 1, {"a": 5.0, "b": 3.0}) == "b"
+    assert pr.choose("fixed:b", obs, 1) == "b"
+    assert pr.choose("least_pending", obs, 1) == "a"
+    assert pr.choose("idle_first", obs, 2) == "b"  # only b has 2 free processors
+    assert pr.choose("idle_first", obs, 5) == "a"  # nobody fits: least pending
+    assert pr.choose("earliest_completion", obs, 1, {"a": 5.0, "b": 3.0}) == "b"
+
+
+def test_replay_ties_go_by_site_name_not_list_order():
+    # the old replay broke ties by the order the sites were listed in; lab.hpc.placement by site name
+    site = toy_site()
+    obs = {"zeta": site.observe(75.0), "alpha": site.observe(75.0)}
+    assert pr.choose("least_pending", obs, 1) == "alpha"
+    assert pr.choose("idle_first", obs, 1) == "alpha"
+    assert pr.choose("earliest_completion", obs, 1, {"zeta": 7.0, "alpha": 7.0}) == "alpha"
 
 
 # --------------------------------------------------------------------------------------------- end to end
