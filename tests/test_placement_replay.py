@@ -139,6 +139,21 @@ def test_earliest_fit_matches_brute_force_across_chunk_boundaries():
             assert earliest_fit(times, ok, t, d, chunk=chunk) == pytest.approx(want), (times, ok, t, d, chunk)
 
 
+def test_a_downtime_is_only_observed_once_it_has_lasted_an_hour():
+    # the downtime [100, 5000) is inferred in hindsight; at submit time only its first hour tells it
+    site = SiteTimeline(
+        submit=[0, 100, 100], start=[0, 5000, 5000], end=[100, 5100, 5100], processors=[5, 2, 2], requested_time=[100, 100, 100], capacity=10
+    )
+    assert site.is_down(200).item()  # hindsight
+    early = site.observe(200)
+    assert not early.down and early.free == 10 and early.n_pending == 2  # 100 s in: looks like an idle machine
+    assert not site.observe(3699).down and site.observe(3700).down and site.observe(4999).down
+    assert not site.observe(5000).down and not site.observe(50).down
+    assert site.known_down([50, 200, 3700, 5000]).tolist() == [False, False, True, False]
+    # the planned start of a probe on a site not yet known to be down is "now" (no down penalty)
+    assert QueuePredictor().predict_start(early, 2, 60) == 200
+
+
 def test_downtime_is_detected_and_blocks_probes():
     # capacity 10: job 1 runs [0, 100); jobs 2 and 3 are submitted at 100 and wait until 5000 on an
     # empty machine: a 4,900 s idle-with-2-waiting interval is a downtime.
@@ -148,7 +163,7 @@ def test_downtime_is_detected_and_blocks_probes():
     assert site.downtimes.tolist() == [[100.0, 5000.0]]
     assert site.probe_start(50, 5, 60) == 5000  # [50, 100) is too short; then down until 5000
     assert site.probe_start(50, 5, 40) == 50
-    obs = site.observe(200)
+    obs = site.observe(3700)  # the downtime has lasted an hour: now it is known
     assert obs.down and obs.free == 0 and obs.busy == 0 and obs.n_pending == 2
     assert site.free(4999).item() == 0 and site.free(5000).item() == 6
     # one waiting job is not enough evidence (it may be held): no downtime

@@ -567,6 +567,19 @@ class SiteTimeline:
         t = np.asarray(t, dtype=np.float64)
         return self.down_profile[np.searchsorted(self.times, t, side="right") - 1]
 
+    def known_down(self, t) -> np.ndarray:
+        """Whether, at ``t``, the site is known to be down: ``t`` falls in a downtime that has already
+        lasted ``downtime_min_s`` seconds (a downtime is only recognised once it has lasted that long:
+        before, the site looks idle). Bool, same shape as ``t``. This, not :meth:`is_down` (which knows
+        the whole interval in hindsight), is what :meth:`observe` reports."""
+        t = np.asarray(t, dtype=np.float64)
+        if not len(self.downtimes):
+            return np.zeros(t.shape, dtype=bool)
+        k = np.searchsorted(self.downtimes[:, 0], t, side="right") - 1
+        kk = np.clip(k, 0, None)
+        a, b = self.downtimes[kk, 0], self.downtimes[kk, 1]
+        return (k >= 0) & (t < b) & (t - a >= (self.downtime_min_s or 0.0))
+
     def free(self, t) -> np.ndarray:
         """Usable idle processors at ``t``: ``max(capacity - busy, 0)``, 0 during a downtime; never
         negative (:meth:`over_capacity` says where the trace over-subscribes the machine)."""
@@ -609,7 +622,9 @@ class SiteTimeline:
         Pending jobs (``submit <= t < start``) with processors and requested
         walltimes; running jobs (``start <= t < end``) with start, processors and
         requested walltimes but not their ends; busy processors; whether the site
-        is down; and telemetry of jobs that ended in ``[t - telemetry_window_s, t)``
+        is known to be down (:meth:`known_down`: only once the downtime has lasted
+        ``downtime_min_s``; before, nothing at ``t`` tells it from an idle machine);
+        and telemetry of jobs that ended in ``[t - telemetry_window_s, t)``
         (run/requested ratios, waits).
         """
         t = float(t)
@@ -649,7 +664,7 @@ class SiteTimeline:
             time=t,
             capacity=self.capacity,
             busy=int(self.processors[run].sum()),
-            down=bool(self.is_down(t)),
+            down=bool(self.known_down(t)),
             pending_submit=self.submit[pend],
             pending_processors=self.processors[pend],
             pending_requested=self.requested_time[pend],
