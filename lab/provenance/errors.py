@@ -16,6 +16,15 @@ __all__ = [
     "TrustError",
     "ProvExportError",
     "ScorerUnavailable",
+    "MemTXError",
+    "RecordSchemaError",
+    "LifecycleError",
+    "PermissionWideningError",
+    "DerivationCycleError",
+    "UnknownRecordError",
+    "TransactionStateError",
+    "BackendUnavailableError",
+    "UnknownToolError",
 ]
 
 
@@ -101,3 +110,72 @@ class ProvExportError(ProvenanceError, ValueError):
 class ScorerUnavailable(ProvenanceError):
     """The requested similarity scorer cannot be loaded (e.g. the MiniLM package is not installed);
     :mod:`lab.provenance.embed` never falls back to another scorer silently."""
+
+
+class MemTXError(ProvenanceError):
+    """Base class of the errors of the MemTX transactional store (:mod:`lab.provenance.txn`).
+
+    ``record``: the record id concerned (``None`` when none is); ``field``: the offending field, when one is.
+    Raising one never changes anything already committed.
+    """
+
+    def __init__(self, reason: str, *, record: str | None = None, field: str | None = None):
+        self.record, self.field, self.reason = record, field, reason
+        where = ", ".join(x for x in (f"record {record!r}" if record else "", f"field {field!r}" if field else "") if x)
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class RecordSchemaError(MemTXError, ValueError):
+    """A record that does not fit the schema: unknown type or state, out-of-range weight, bad validity interval."""
+
+
+class LifecycleError(MemTXError, ValueError):
+    """A lifecycle transition that is not in :data:`lab.provenance.txn.TRANSITIONS` (``field`` is ``"state"``)."""
+
+
+class PermissionWideningError(MemTXError, ValueError):
+    """A derived record whose permission block is wider than its parents' (permission laundering)."""
+
+
+class DerivationCycleError(MemTXError, ValueError):
+    """``derived_from`` edges that would close a cycle (the derivation graph must stay a DAG)."""
+
+
+class UnknownRecordError(MemTXError, KeyError):
+    """No record with that id (a ``derived_from`` parent, a premise, a retraction target)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TransactionStateError(MemTXError, RuntimeError):
+    """A call on a transaction that is no longer active (already committed or aborted)."""
+
+
+class BackendUnavailableError(MemTXError, ConnectionError):
+    """The store's database cannot be opened or reached (a PostgreSQL DSN that does not connect, an unwritable file)."""
+
+
+class UnknownToolError(MemTXError, KeyError):
+    """A tool call on a tool that was never registered with the store's action gate."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RepairError(ProvenanceError, ValueError):
+    """A rollback repair that cannot be done as asked (:mod:`lab.provenance.repair`); ``step`` names the
+    offending step, record or faulty id (``None`` when the fault is not one item's). The memory store and the
+    environment are left as they were."""
+
+    def __init__(self, reason: str, *, step: str | None = None):
+        self.step, self.reason = step, reason
+        super().__init__(reason)
+
+
+class MissingProvenanceError(RepairError):
+    """A trace step lacks the provenance repair needs (e.g. a read with no recorded source); ``step`` names it."""
+
+
+class IrreversibleEffectError(RepairError):
+    """A side effect that has no registered compensation (money paid out, a message sent); ``step`` names it."""
