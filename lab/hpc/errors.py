@@ -17,6 +17,11 @@ __all__ = [
     "SiteUnavailable",
     "TransferError",
     "SkillArgumentError",
+    "ArgumentError",
+    "UnknownSchedulerError",
+    "PlacementError",
+    "ContinuationError",
+    "TestbedError",
 ]
 
 
@@ -122,6 +127,57 @@ def clip_text(text: str, limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 40]}... [{len(text) - limit + 40} more characters]"
+
+
+class ArgumentError(HPCError, ValueError):
+    """An argument of a ``lab.hpc`` function or constructor is refused (a negative timeout, an unknown
+    choice, a non-finite time, ...). Nothing was started or changed.
+
+    Attributes
+    ----------
+    where : str
+        The function or class that refused it (``"QueueReplay"``, ``"LocalTransfer.wait"``, ...).
+    field : str
+        The argument's name (``"capacity"``, ``"timeout_s"``, ...).
+    value : object
+        The refused value (the message shows at most a couple of hundred characters of it).
+    reason : str
+        What the argument must be.
+    """
+
+    def __init__(self, where: str, field: str, value, reason: str):
+        self.where, self.field, self.value, self.reason = where, field, value, reason
+        super().__init__(f"{where}: {field}={clip_text(repr(value))}: {reason}")
+
+
+class UnknownSchedulerError(SiteError):
+    """A site names a scheduler no adapter is registered for (see
+    :func:`lab.hpc.schedulers.base.register_scheduler`).
+
+    Attributes: ``name`` (the unknown name), ``registered`` (the names that are registered, sorted),
+    plus :class:`SiteError`'s ``path`` and ``field`` (``"scheduler"``).
+    """
+
+    def __init__(self, name: str, registered, *, path: Path | str | None = None):
+        self.name, self.registered = name, sorted(registered)
+        super().__init__(f"no scheduler adapter named {clip_text(repr(name))}; registered: {self.registered}", path=path, field="scheduler")
+
+
+class PlacementError(HPCError):
+    """No site can take the job (all refuse it or are unavailable); the message lists why, per site.
+    (Defined here; :mod:`lab.hpc.placement` re-exports it.)"""
+
+
+class ContinuationError(HPCError):
+    """A continuation cannot be registered or its handler cannot be found.
+    (Defined here; :mod:`lab.hpc.continuation` re-exports it.)"""
+
+
+class TestbedError(HPCError, RuntimeError):
+    """The Slurm testbed could not be started, inspected or stopped; the message says why.
+    (Defined here; :mod:`lab.hpc.testbed` re-exports it.)"""
+
+    __test__ = False  # not a pytest test class
 
 
 class SkillArgumentError(HPCError, ValueError):

@@ -46,7 +46,7 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from lab.hpc.errors import HPCError, PolicyViolation, SchedulerError
+from lab.hpc.errors import PlacementError, PolicyViolation, SchedulerError  # PlacementError: defined in lab.hpc.errors, re-exported here
 from lab.hpc.schedulers.base import JobSpec, Scheduler
 from lab.hpc.sites import Site
 
@@ -69,10 +69,6 @@ __all__ = [
 PolicyName = Literal["fixed_site", "least_pending", "earliest_completion"]
 #: Every policy :func:`place` and :func:`choose` know.
 AnyPolicyName = Literal["fixed_site", "least_pending", "idle_first", "earliest_completion"]
-
-
-class PlacementError(HPCError):
-    """No site can take the job (all refuse it or are unavailable); the message lists why, per site."""
 
 
 class Candidate(BaseModel):

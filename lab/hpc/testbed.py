@@ -82,7 +82,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lab.hpc.errors import HPCError
+from lab.hpc.errors import HPCError, TestbedError  # TestbedError is defined in lab.hpc.errors, importable from here as before
 
 __all__ = ["Testbed", "TestbedSite", "TestbedError", "default_dir", "main"]
 
@@ -90,12 +90,6 @@ INSTALL_HINT = "install Slurm with `apt-get install -y --no-install-recommends s
 STATE_FILE = "testbed.json"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _DAEMONS = ("slurmctld", "slurmd")
-
-
-class TestbedError(HPCError, RuntimeError):
-    """The Slurm testbed could not be started, inspected or stopped; the message says why."""
-
-    __test__ = False  # not a pytest test class
 
 
 def default_dir() -> Path:
