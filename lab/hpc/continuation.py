@@ -44,7 +44,7 @@ from typing import Any
 
 from lab import LabError
 from lab.events import Event, EventLog
-from lab.hpc.errors import HPCError, SchedulerError
+from lab.hpc.errors import ContinuationError, HPCError, SchedulerError  # ContinuationError: defined in lab.hpc.errors, re-exported here
 from lab.hpc.schedulers.base import TERMINAL_STATES, JobState, Scheduler
 
 __all__ = ["DECISION_EVENTS", "ContinuationError", "ContinuationRecord", "Continuations", "ContinuationService", "main"]
@@ -75,10 +75,6 @@ CREATE TABLE IF NOT EXISTS continuations (
 );
 CREATE INDEX IF NOT EXISTS continuations_waiting ON continuations(state, key);
 """
-
-
-class ContinuationError(HPCError):
-    """A continuation cannot be registered or its handler cannot be found."""
 
 
 def job_key(site: str, job_id: str) -> str:
