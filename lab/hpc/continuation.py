@@ -47,7 +47,10 @@ from lab.events import Event, EventLog
 from lab.hpc.errors import ContinuationError, HPCError, SchedulerError  # ContinuationError: defined in lab.hpc.errors, re-exported here
 from lab.hpc.schedulers.base import TERMINAL_STATES, JobState, Scheduler
 
-__all__ = ["DECISION_EVENTS", "ContinuationError", "ContinuationRecord", "Continuations", "ContinuationService", "main"]
+__all__ = [
+    "DECISION_EVENTS", "ContinuationError", "ContinuationRecord", "Continuations", "ContinuationService", "Submission",
+    "Submissions", "main", "resolve_handler",
+]
 
 #: The events a continuation waits for unless told otherwise: the job's fate, or a transfer's.
 DECISION_EVENTS = ("job.completed", "job.failed", "job.cancelled", "job.timeout", "transfer.succeeded", "transfer.failed")
@@ -74,7 +77,16 @@ CREATE TABLE IF NOT EXISTS continuations (
     event_seq INTEGER, resumed REAL, result TEXT, error TEXT
 );
 CREATE INDEX IF NOT EXISTS continuations_waiting ON continuations(state, key);
+CREATE TABLE IF NOT EXISTS submissions (key TEXT PRIMARY KEY, site TEXT NOT NULL, job_id TEXT NOT NULL, created REAL NOT NULL);
 """
+
+#: What a compaction of the event log must keep for this module: the events of every continuation
+#: still waiting, and of every job or transfer still watched (its next event is still to come).
+RETENTION_QUERY = (
+    "SELECT key FROM continuations WHERE state = 'waiting' "
+    "UNION SELECT site || '/' || job_id FROM watches WHERE active = 1 "
+    "UNION SELECT 'transfer/' || task_id FROM transfer_watches WHERE active = 1"
+)
 
 
 def job_key(site: str, job_id: str) -> str:
@@ -107,7 +119,14 @@ class ContinuationRecord:
     error: str | None
 
 
-def _resolve(handler: str) -> Callable:
+def resolve_handler(handler: str) -> Callable:
+    """The function a continuation handler names (``"package.module:function"``), imported.
+
+    Raises
+    ------
+    ContinuationError
+        Not of that form, not importable, or not callable.
+    """
     module, _, name = handler.partition(":")
     if not module or not name:
         raise ContinuationError(f"handler {handler!r} must be 'package.module:function'")
@@ -120,11 +139,48 @@ def _resolve(handler: str) -> Callable:
     return fn
 
 
+_resolve = resolve_handler  # the old private name
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submission made under an idempotency key: where it went."""
+
+    key: str
+    site: str
+    job_id: str
+    created: float
+
+
+class Submissions:
+    """Submissions by idempotency key, in the continuation database (table ``submissions``).
+
+    A caller that may retry (a skill, a continuation whose id is the key) looks the key up
+    before submitting and records it after, so a job is submitted at most once per key.
+    Obtain one as :attr:`Continuations.submissions`.
+    """
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    def get(self, key: str) -> Submission | None:
+        """The submission recorded under ``key``, or None."""
+        row = self._conn.execute("SELECT key, site, job_id, created FROM submissions WHERE key = ?", (key,)).fetchone()
+        return None if row is None else Submission(row[0], row[1], row[2], row[3])
+
+    def record(self, key: str, site: str, job_id: str) -> Submission:
+        """Record that ``key`` was submitted to ``site`` as ``job_id``; the first record wins (returned)."""
+        self._conn.execute("INSERT OR IGNORE INTO submissions(key, site, job_id, created) VALUES (?, ?, ?, ?)", (key, site, str(job_id), time.time()))
+        return self.get(key)
+
+
 class _Store:
     def __init__(self, db: str | Path):
         self.log = EventLog(db)
-        self.conn: sqlite3.Connection = self.log._conn  # one connection: events and state commit together
+        self.conn: sqlite3.Connection = self.log.connection  # one connection: events and state commit together
         self.conn.executescript(_SCHEMA)
+        self.log.retain("hpc.continuations", RETENTION_QUERY)
+        self.log.retain("hpc.job_submitted", kind="job.submitted")  # who submitted which job: the skills check it
 
     def close(self) -> None:
         self.log.close()
@@ -142,6 +198,7 @@ class Continuations:
     def __init__(self, db: str | Path):
         self._store = _Store(db)
         self.log = self._store.log
+        self.submissions = Submissions(self._store.conn)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -168,7 +225,7 @@ class Continuations:
         ContinuationError
             The handler cannot be imported or ``args`` is not JSON.
         """
-        _resolve(handler)
+        resolve_handler(handler)
         try:
             body = json.dumps(dict(args or {}), sort_keys=True)
         except (TypeError, ValueError) as exc:
@@ -230,7 +287,7 @@ class Continuations:
                 conn.execute("ROLLBACK")
                 return None
             try:
-                result = _resolve(rec.handler)(event, rec, **rec.args)
+                result = resolve_handler(rec.handler)(event, rec, **rec.args)
                 body = json.dumps(result)
             except Exception as exc:  # the handler's own failure: recorded, not retried
                 conn.execute(
@@ -253,6 +310,13 @@ class Continuations:
                 conn.execute("ROLLBACK")
             raise
         return self.get(rec.id)
+
+    def compact(self, archive: str | Path, *, before: float, vacuum: bool = False):
+        """Trim the event log (see :meth:`lab.events.EventLog.compact`) of events older than ``before``
+        (epoch seconds), keeping every event a waiting continuation, a watched job or transfer, or an
+        open training run still needs. Returns the :class:`~lab.events.CompactionReport`."""
+        with self._lock:  # not while this process is resuming
+            return self.log.compact(archive, before=before, vacuum=vacuum)
 
     def run(self, stop: threading.Event, poll_s: float = 0.1) -> None:
         """Resume continuations as their events arrive until ``stop`` is set (e.g. in a kernel thread)."""

@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from lab.hpc.continuation import DECISION_EVENTS, ContinuationError, Continuations, _resolve, job_key, transfer_event, transfer_key
+from lab.hpc.continuation import DECISION_EVENTS, ContinuationError, Continuations, job_key, resolve_handler, transfer_event, transfer_key
 from lab.hpc.errors import SchedulerError, SkillArgumentError, clip_text
 from lab.hpc.placement import PlacementDecision, PolicyName, place
 from lab.hpc.schedulers.base import JobSpec, JobState, JobStatus, Scheduler
@@ -241,10 +241,6 @@ class Federation:
             self.endpoints[name] = Path(path).expanduser().resolve()
         self.handler_modules = None if handler_modules is None else tuple(handler_modules)
         self.continuations = Continuations(db)
-        self._conn = self.continuations._store.conn
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS submissions (key TEXT PRIMARY KEY, site TEXT NOT NULL, job_id TEXT NOT NULL, created REAL NOT NULL)"
-        )
 
     @classmethod
     def from_folder(cls, folder: str | Path, *, db: str | Path, workdir: str | Path, **kwargs) -> Federation:
@@ -610,14 +606,14 @@ def submit_task(fed: Federation, inp: SubmitTaskInput) -> SubmitTaskOutput:
     if inp.continuation is not None:
         fed.check_handler(inp.continuation.handler)
         try:
-            handler = _resolve(inp.continuation.handler)
+            handler = resolve_handler(inp.continuation.handler)
         except ContinuationError as exc:
             raise SkillArgumentError("submit_task", "continuation.handler", str(exc)) from None
     if inp.idempotency_key is not None:
-        row = fed._conn.execute("SELECT site, job_id FROM submissions WHERE key = ?", (inp.idempotency_key,)).fetchone()
-        if row is not None:
-            stdout = _stdout(fed, row[0], inp.request.name, row[1])
-            return SubmitTaskOutput(site=row[0], job_id=row[1], script="", stdout=str(stdout), duplicate=True)
+        prior = fed.continuations.submissions.get(inp.idempotency_key)
+        if prior is not None:
+            stdout = _stdout(fed, prior.site, inp.request.name, prior.job_id)
+            return SubmitTaskOutput(site=prior.site, job_id=prior.job_id, script="", stdout=str(stdout), duplicate=True)
     decision = None
     name = inp.site
     if name is None:
@@ -631,7 +627,7 @@ def submit_task(fed: Federation, inp: SubmitTaskInput) -> SubmitTaskOutput:
     script = sched.render_script(spec)
     job_id = sched.submit(spec)
     if inp.idempotency_key is not None:
-        fed._conn.execute("INSERT OR IGNORE INTO submissions(key, site, job_id, created) VALUES (?, ?, ?, ?)", (inp.idempotency_key, name, job_id, time.time()))
+        fed.continuations.submissions.record(inp.idempotency_key, name, job_id)
     fed.continuations.watch_job(name, job_id)
     submitted = {"site": name, "job_id": job_id, "name": inp.request.name, "walltime_s": inp.request.walltime_s}
     fed.continuations.log.append(name, "job.submitted", job_key(name, job_id), submitted)
