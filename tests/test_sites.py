@@ -66,11 +66,11 @@ def test_round_trip(site, tmp_path):
     "edit, field, message",
     [
         (lambda s: s.replace("max_nodes = 1\n", "max_nodes = 0\n"), "partitions.0.max_nodes", "Input should be greater than or equal to 1"),
-        (lambda s: s.replace('scheduler = "slurm"', 'scheduler = "pbs"'), "scheduler", "Input should be 'slurm' or 'local'"),
+        (lambda s: s.replace('scheduler = "slurm"', 'scheduler = "pbs"'), "scheduler", "no scheduler adapter named 'pbs'; registered: ['local', 'slurm']"),
         (lambda s: s.replace("max_walltime_s = 3600\n", ""), "partitions.0.max_walltime_s", "Field required"),
-        (lambda s: s.replace('slurm_conf = "alpha/slurm.conf"\n', ""), "<file>", "Value error, a slurm site needs slurm_conf"),
+        (lambda s: s.replace('slurm_conf = "alpha/slurm.conf"\n', ""), "slurm_conf", "a slurm site needs slurm_conf"),
         (lambda s: s.replace("require_account = true", "require_acount = true"), "policies.require_acount", "Extra inputs are not permitted"),
-        (lambda s: s.replace('collection_id = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"\n', ""), "data", "Value error, a globus data endpoint needs collection_id"),
+        (lambda s: s.replace('collection_id = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"\n', ""), "data.collection_id", "a globus data endpoint needs collection_id"),
     ],
 )
 def test_bad_file_names_file_and_field(tmp_path, edit, field, message):

@@ -3,7 +3,7 @@
 One TOML file per site (a folder of them is a federation)::
 
     name = "alpha"
-    scheduler = "slurm"                 # or "local" (the embedded subprocess scheduler)
+    scheduler = "slurm"                 # or "local" (the embedded subprocess scheduler), or any registered adapter
     slurm_conf = "/path/to/slurm.conf"  # slurm only: the site's controller, passed per command
     accounts = ["lab"]
 
@@ -31,6 +31,10 @@ One TOML file per site (a folder of them is a federation)::
 :class:`~lab.hpc.errors.SiteError` naming the file and the field;
 :meth:`Site.check` refuses a :class:`~lab.hpc.schedulers.base.JobSpec` that
 breaks a limit with :class:`~lab.hpc.errors.PolicyViolation` saying which.
+``scheduler`` names an adapter registered with
+:func:`~lab.hpc.schedulers.base.register_scheduler` (built in: ``"slurm"``, ``"local"``); another
+name is refused with :class:`~lab.hpc.errors.UnknownSchedulerError` listing the registered ones, and
+:meth:`Site.connect` builds the adapter through that registry.
 Units: seconds, whole nodes, CPUs (cores).
 """
 
@@ -41,10 +45,10 @@ from pathlib import Path
 from typing import Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lab.hpc.errors import PolicyViolation, SiteError
-from lab.hpc.schedulers.base import JobSpec, Scheduler
+from lab.hpc.errors import PolicyViolation, SiteError, UnknownSchedulerError
+from lab.hpc.schedulers.base import JobSpec, Scheduler, scheduler_class, scheduler_names
 
 __all__ = ["Partition", "Environment", "DataEndpoint", "Policies", "Site", "load_site", "load_sites", "write_site"]
 
@@ -83,7 +87,7 @@ class DataEndpoint(BaseModel):
     @model_validator(mode="after")
     def _globus_needs_collection(self):
         if self.kind == "globus" and not self.collection_id:
-            raise ValueError("a globus data endpoint needs collection_id")
+            raise SiteError("a globus data endpoint needs collection_id", field="collection_id")
         return self
 
 
@@ -102,7 +106,7 @@ class Site(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,39}$")
-    scheduler: Literal["slurm", "local"]
+    scheduler: str = Field(description="a registered scheduler adapter's name (lab.hpc.schedulers.base.scheduler_names())")
     slurm_conf: Path | None = None
     description: str = ""
     accounts: list[str] = Field(default_factory=list)
@@ -111,15 +115,22 @@ class Site(BaseModel):
     data: DataEndpoint = Field(default_factory=DataEndpoint)
     policies: Policies = Field(default_factory=Policies)
 
+    @field_validator("scheduler")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in scheduler_names():
+            raise UnknownSchedulerError(name, scheduler_names())
+        return name
+
     @model_validator(mode="after")
     def _consistent(self):
         if self.scheduler == "slurm" and self.slurm_conf is None:
-            raise ValueError("a slurm site needs slurm_conf")
+            raise SiteError("a slurm site needs slurm_conf", field="slurm_conf")
         names = [p.name for p in self.partitions]
         if len(set(names)) != len(names):
-            raise ValueError(f"partition names repeat: {names}")
+            raise SiteError(f"partition names repeat: {names}", field="partitions")
         if sum(p.default for p in self.partitions) > 1:
-            raise ValueError("more than one partition has default = true")
+            raise SiteError("more than one partition has default = true", field="partitions")
         return self
 
     @property
@@ -173,14 +184,17 @@ class Site(BaseModel):
         )
 
     def connect(self, *, workdir: Path | None = None) -> Scheduler:
-        """The scheduler adapter for this site (Slurm through its own ``slurm_conf``, or the local one)."""
-        if self.scheduler == "slurm":
-            from lab.hpc.schedulers.slurm import SlurmScheduler
+        """The scheduler adapter for this site: the class registered under its ``scheduler`` name
+        (:func:`~lab.hpc.schedulers.base.scheduler_class`), built by its ``from_site`` (Slurm through the
+        site's own ``slurm_conf``; the local one with its jobs under ``workdir``, default the data path).
+        Close it (or use it as a context manager) when done.
 
-            return SlurmScheduler(self.name, self.slurm_conf)
-        from lab.hpc.schedulers.local import LocalScheduler
-
-        return LocalScheduler(self.name, cpus=self.total_cpus_per_node, workdir=workdir or Path(self.data.path))
+        Raises
+        ------
+        UnknownSchedulerError
+            No adapter is registered under ``scheduler`` (any more).
+        """
+        return scheduler_class(self.scheduler).from_site(self, workdir=workdir)
 
 
 def _field(loc: tuple) -> str:
@@ -207,6 +221,12 @@ def load_site(path: str | Path) -> Site:
         site = Site.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, SiteError):  # raised by a validator: it names its own field below err["loc"]
+            field = ".".join(p for p in (_field(err["loc"]) if err["loc"] else "", cause.field or "") if p) or None
+            if isinstance(cause, UnknownSchedulerError):
+                raise UnknownSchedulerError(cause.name, cause.registered, path=path) from None
+            raise SiteError(cause.reason, path=path, field=field) from None
         raise SiteError(err["msg"], path=path, field=_field(err["loc"])) from None
     if site.slurm_conf is not None and not site.slurm_conf.is_absolute():
         site = site.model_copy(update={"slurm_conf": (path.parent / site.slurm_conf).resolve()})

@@ -37,7 +37,7 @@ refused at submission (and by ``estimated_start``) with
 :class:`~lab.hpc.errors.SiteUnavailable`.
 
 The script-rendering helpers (:func:`render_setup`, :func:`time_dhms`,
-:func:`wait_status_exit_code`) are shared with the Slurm adapter.
+:func:`wait_status_exit_code`) live in :mod:`lab.hpc.schedulers.base` (importable from here too).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ import atexit
 import heapq
 import itertools
 import os
+import operator
 import re
-import shlex
 import signal
 import subprocess
 import threading
@@ -56,46 +56,24 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.hpc.errors import PolicyViolation, SchedulerError, SiteUnavailable
-from lab.hpc.schedulers.base import TERMINAL_STATES, Capabilities, JobSpec, JobState, JobStatus, Scheduler, SiteQueue
+from lab.hpc.errors import ArgumentError, PolicyViolation, SiteUnavailable
+from lab.hpc.schedulers.base import (
+    TERMINAL_STATES,
+    Capabilities,
+    JobSpec,
+    JobState,
+    JobStatus,
+    Scheduler,
+    SiteQueue,
+    register_scheduler,
+    render_setup,
+    time_dhms,
+    wait_status_exit_code,
+)
 
 __all__ = ["LocalScheduler", "render_setup", "time_dhms", "wait_status_exit_code"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARTITION = "local"
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def render_setup(site: str, spec: JobSpec) -> list[str]:
-    """The lines between the directives and the command: ``module load`` lines, then ``export K=V`` lines.
-
-    Values are shell-quoted; a key that is not a shell variable name raises
-    :class:`~lab.hpc.errors.SchedulerError`.
-    """
-    lines = [f"module load {shlex.quote(m)}" for m in spec.modules]
-    for key, value in spec.environment.items():
-        if not _ENV_NAME.match(key):
-            raise SchedulerError(site, "render_script", None, f"environment variable name {key!r} is not a valid shell name")
-        lines.append(f"export {key}={shlex.quote(str(value))}")
-    return lines
-
-
-def time_dhms(seconds: int) -> str:
-    """Seconds as Slurm's ``D-HH:MM:SS`` (e.g. 90061 -> ``1-01:01:01``)."""
-    seconds = int(seconds)
-    d, rem = divmod(seconds, 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-
-
-def wait_status_exit_code(status: int) -> int:
-    """A raw ``wait()`` status as an exit code: the exit status, or ``128 + signal`` if killed."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
 
 
 #: Schedulers not yet closed: closed at interpreter exit, so no job outlives the process that ran it.
@@ -135,6 +113,7 @@ class _Job:
     kill_sent: bool = False
 
 
+@register_scheduler("local")
 class LocalScheduler(Scheduler):
     """One-node batch scheduler running jobs as local subprocesses (see the module docstring).
 
@@ -153,8 +132,16 @@ class LocalScheduler(Scheduler):
     """
 
     def __init__(self, name: str, *, cpus: int = 2, workdir: Path | str, poll_s: float = 0.05, kill_grace_s: float = 2.0):
-        if int(cpus) < 1:
-            raise ValueError(f"cpus must be >= 1, got {cpus}")
+        try:
+            n_cpus = operator.index(cpus)
+        except TypeError:
+            n_cpus = 0
+        if isinstance(cpus, bool) or n_cpus < 1:
+            raise ArgumentError("LocalScheduler", "cpus", cpus, "must be an integer >= 1")
+        if not poll_s > 0:
+            raise ArgumentError("LocalScheduler", "poll_s", poll_s, "must be > 0 seconds")
+        if not kill_grace_s >= 0:
+            raise ArgumentError("LocalScheduler", "kill_grace_s", kill_grace_s, "must be >= 0 seconds")
         self.name = name
         self.cpus = int(cpus)
         self.workdir = Path(workdir).expanduser().resolve()
@@ -169,6 +156,12 @@ class LocalScheduler(Scheduler):
         self._thread = threading.Thread(target=self._loop, name=f"LocalScheduler[{name}]", daemon=True)
         self._thread.start()
         _OPEN.add(self)
+
+    @classmethod
+    def from_site(cls, site, *, workdir: Path | None = None) -> LocalScheduler:
+        """The local scheduler for ``site``: its largest partition's CPUs per node, jobs under
+        ``workdir`` (default the site's data path)."""
+        return cls(site.name, cpus=site.total_cpus_per_node, workdir=workdir or Path(site.data.path))
 
     # ---- rendering / submission
     def render_script(self, spec: JobSpec) -> str:
@@ -284,12 +277,6 @@ class LocalScheduler(Scheduler):
                 except (subprocess.TimeoutExpired, AttributeError):
                     pass
                 self._reap(job, time.time())
-
-    def __enter__(self) -> LocalScheduler:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
     # ---- internals (all called with self._cond held)

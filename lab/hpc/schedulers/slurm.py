@@ -70,8 +70,18 @@ import time
 from pathlib import Path
 
 from lab.hpc.errors import SchedulerError, SiteUnavailable
-from lab.hpc.schedulers.base import Capabilities, JobSpec, JobState, JobStatus, Scheduler, SiteQueue
-from lab.hpc.schedulers.local import render_setup, time_dhms, wait_status_exit_code
+from lab.hpc.schedulers.base import (
+    Capabilities,
+    JobSpec,
+    JobState,
+    JobStatus,
+    Scheduler,
+    SiteQueue,
+    register_scheduler,
+    render_setup,
+    time_dhms,
+    wait_status_exit_code,
+)
 
 __all__ = ["SlurmScheduler", "map_state", "parse_jobcomp_line", "parse_slurm_time"]
 
@@ -147,6 +157,7 @@ def _epoch(value) -> float | None:
     return float(n) if n else None
 
 
+@register_scheduler("slurm")
 class SlurmScheduler(Scheduler):
     """One Slurm site, reached through its ``slurm.conf`` (see the module docstring).
 
@@ -168,6 +179,12 @@ class SlurmScheduler(Scheduler):
 
     def __repr__(self) -> str:
         return f"SlurmScheduler({self.name!r}, {str(self.slurm_conf)!r})"
+
+    @classmethod
+    def from_site(cls, site, *, workdir: Path | None = None) -> SlurmScheduler:
+        """The adapter for a ``scheduler = "slurm"`` site, through its ``slurm_conf`` (``workdir`` is unused:
+        the jobs run where the site's Slurm runs them)."""
+        return cls(site.name, site.slurm_conf)
 
     # ---- command runner
     def _env(self) -> dict[str, str]:
