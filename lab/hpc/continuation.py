@@ -338,13 +338,26 @@ class ContinuationService:
         whose task ids any process can poll; a :class:`~lab.hpc.transfer.LocalTransfer` only knows
         the tasks of its own process).
     poll_s : float
-        Seconds between polls of the watched jobs and transfers.
+        Seconds between polls of the watched jobs and transfers (a site is still asked at most
+        once per ``site_min_interval_s``).
     queue_every_s : float or None
         Seconds between ``site.queue`` events (each site's pending and running jobs, idle and
         total CPUs, and its active jobs as :class:`~lab.hpc.schedulers.base.JobStatus` JSON under
         ``jobs``), written only when the queue changed (counts, a job's state or estimated start) or
         ``heartbeat_s`` passed; None: off.
-        Live dashboards read them.
+        Live dashboards read them. A sample lists the site's whole queue (every user's jobs), so
+        it is the one call whose cost grows with the queue; the job polls in between ask only for
+        the watched jobs (:meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.status`).
+    site_min_interval_s : float
+        At most one scheduler query (a job poll or a queue sample: one ``squeue`` on Slurm) per
+        site per this many seconds. When a queue sample is due, the watched jobs' states are taken
+        from it (and from the completion records, ``completed_status``, for jobs it no longer
+        lists) instead of a second ``squeue``.
+
+    Attributes
+    ----------
+    query_times : dict of site name to list of float
+        ``time.monotonic()`` of each scheduler query per site (the last 10,000), for checking the rate.
     """
 
     def __init__(
@@ -354,8 +367,9 @@ class ContinuationService:
         *,
         transfer=None,
         poll_s: float = 0.5,
-        queue_every_s: float | None = 1.0,
+        queue_every_s: float | None = 5.0,
         heartbeat_s: float = 30.0,
+        site_min_interval_s: float = 1.0,
     ):
         self._store = _Store(db)
         self.log = self._store.log
@@ -366,6 +380,10 @@ class ContinuationService:
         self._available = {name: True for name in self.schedulers}
         self._last_queue: dict[str, tuple[tuple, float]] = {}
         self._next_queue_poll = 0.0
+        self.site_min_interval_s = float(site_min_interval_s)
+        self._next_query: dict[str, float] = {}  # site -> monotonic time of its next allowed query
+        self._queue_due: set[str] = set()
+        self.query_times: dict[str, list[float]] = {name: [] for name in self.schedulers}
 
     def close(self) -> None:
         self._store.close()
@@ -376,17 +394,29 @@ class ContinuationService:
         self._available[site] = available
         return [self.log.append(site, "site.available" if available else "site.unavailable", site, {"error": error} if error else {})]
 
-    def poll_queues(self) -> list[int]:
-        """Append a ``site.queue`` event for each site whose queue changed (or whose heartbeat is due)."""
-        appended = []
-        now = time.time()
+    def _queried(self, site: str) -> None:
+        now = time.monotonic()
+        self._next_query[site] = now + self.site_min_interval_s
+        times = self.query_times.setdefault(site, [])
+        times.append(now)
+        del times[:-10000]
+
+    def poll_queues(self, sites: list[str] | None = None) -> list[int]:
+        """Append a ``site.queue`` event for each site (of ``sites``, default all) whose queue changed
+        (or whose heartbeat is due)."""
+        appended, self._samples = [], {}
         for site, sched in self.schedulers.items():
+            if sites is not None and site not in sites:
+                continue
+            self._queried(site)
+            now = time.time()
             try:
                 q = sched.queue()
             except SchedulerError as exc:
                 appended += self._mark(site, False, str(exc))
                 continue
             appended += self._mark(site, True)
+            self._samples[site] = q
             # a job starting, ending or getting a new estimated start is a change too
             jobs = tuple((j.job_id, j.state.value, j.start_time) for j in q.jobs)
             state = (q.pending, q.running, q.idle_cpus, q.total_cpus, jobs)
@@ -420,12 +450,28 @@ class ContinuationService:
             conn.execute("UPDATE transfer_watches SET active = 0 WHERE task_id = ?", (task_id,))
         return appended
 
+    def _due(self, site: str) -> bool:
+        return time.monotonic() >= self._next_query.get(site, 0.0) - 1e-3
+
+    def next_due_s(self) -> float:
+        """Seconds until some site may be queried again (0 if one may be now)."""
+        if not self.schedulers:
+            return self.poll_s
+        return max(0.0, min(self._next_query.get(s, 0.0) for s in self.schedulers) - time.monotonic())
+
     def poll_once(self) -> list[int]:
-        """Poll every site with active watches once (and the queues when due); returns the seqs appended."""
+        """Poll every site with active watches once (and the queues when due), each site at most once
+        per ``site_min_interval_s``; returns the seqs appended."""
         appended = []
         if self.queue_every_s is not None and time.monotonic() >= self._next_queue_poll:
             self._next_queue_poll = time.monotonic() + self.queue_every_s
-            appended += self.poll_queues()
+            self._queue_due = set(self.schedulers)
+        samples: dict = {}
+        due_queue = [s for s in self._queue_due if self._due(s)]
+        if due_queue:
+            appended += self.poll_queues(due_queue)
+            samples = self._samples
+            self._queue_due -= set(due_queue)
         appended += self.poll_transfers()
         conn = self._store.conn
         rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
@@ -434,10 +480,22 @@ class ContinuationService:
             by_site.setdefault(site, []).append((job_id, last))
         for site, jobs in by_site.items():
             sched = self.schedulers.get(site)
-            if sched is None:
+            if sched is None or (site in due_queue and site not in samples):  # its sample just failed
                 continue
+            ids = [j for j, _ in jobs]
             try:
-                statuses = sched.status([j for j, _ in jobs])
+                if site in samples:  # the sample was this second's query: no second squeue
+                    active = {j.job_id: j for j in samples[site].jobs}
+                    statuses = {i: active[i] for i in ids if i in active}
+                    rest = [i for i in ids if i not in active]
+                    completed = getattr(sched, "completed_status", None)
+                    if rest:
+                        statuses.update(completed(rest) if completed is not None else sched.status(rest))
+                elif self._due(site):
+                    self._queried(site)
+                    statuses = sched.status(ids)
+                else:
+                    continue
             except SchedulerError as exc:
                 appended += self._mark(site, False, str(exc))
                 continue
@@ -468,8 +526,11 @@ class ContinuationService:
         """Poll until ``stop`` is set (or SIGTERM/SIGINT when run as a program)."""
         stop = stop or threading.Event()
         while not stop.is_set():
+            started = time.monotonic()
             self.poll_once()
-            stop.wait(self.poll_s)
+            # the next poll when a site is due again, but not sooner than poll_s after this one began
+            wait = max(self.poll_s - (time.monotonic() - started), self.next_due_s(), 0.01)
+            stop.wait(wait)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,12 +543,14 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--sites", required=True, type=Path, help="folder of site *.toml files")
     serve.add_argument("--db", required=True, type=Path, help="the shared event/continuation database")
     serve.add_argument("--poll-s", type=float, default=0.5, help="seconds between job polls")
-    serve.add_argument("--queue-every-s", type=float, default=1.0, help="seconds between site.queue samples (0: off)")
+    serve.add_argument("--queue-every-s", type=float, default=5.0, help="seconds between site.queue samples (0: off)")
+    serve.add_argument("--site-min-interval-s", type=float, default=1.0, help="at most one squeue per site per this many seconds")
     args = parser.parse_args(argv)
     try:
         sites = load_sites(args.sites)
         service = ContinuationService(
-            args.db, {name: site.connect() for name, site in sites.items()}, poll_s=args.poll_s, queue_every_s=args.queue_every_s or None
+            args.db, {name: site.connect() for name, site in sites.items()}, poll_s=args.poll_s, queue_every_s=args.queue_every_s or None,
+            site_min_interval_s=args.site_min_interval_s,
         )
     except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)

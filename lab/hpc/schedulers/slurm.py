@@ -20,11 +20,13 @@ What each method runs (Slurm 22.05):
   :meth:`~SlurmScheduler.render_script` on stdin; returns the job id.
 * :meth:`~SlurmScheduler.cancel`: ``scancel ID`` (a job that has already ended
   or been purged is not an error).
-* :meth:`~SlurmScheduler.status`: ``squeue --json`` (22.05 ignores squeue's
-  filters with ``--json``, so jobs are filtered here); jobs that squeue no
+* :meth:`~SlurmScheduler.status`: one ``squeue -j ID,ID,... -O ...`` call for
+  the watched jobs only (``--json`` would list every job: 22.05 ignores its
+  filters; see :mod:`~lab.hpc.schedulers.slurm_poll`); jobs that squeue no
   longer lists (older than ``MinJobAge``) are looked up in the
   ``jobcomp/filetxt`` file (``JobCompLoc`` from ``scontrol show config``, else
-  from the slurm.conf), whose lines are ``key=value`` pairs (``JobId``,
+  from the slurm.conf; read incrementally), or with ``sacct -X -j`` where the
+  site has accounting but no such file. The file's lines are ``key=value`` pairs (``JobId``,
   ``JobState``, ``SubmitTime``, ``StartTime``, ``EndTime``, ``ExitCode=E:S``,
   ...) with times in the controller's local time. The file is only readable
   where the controller writes it (this machine or a shared file system); jobs
@@ -82,6 +84,8 @@ from lab.hpc.schedulers.base import (
     time_dhms,
     wait_status_exit_code,
 )
+
+from lab.hpc.schedulers.slurm_poll import JobcompReader, sacct_watched, squeue_watched
 
 __all__ = ["SlurmScheduler", "map_state", "parse_jobcomp_line", "parse_slurm_time"]
 
@@ -176,6 +180,7 @@ class SlurmScheduler(Scheduler):
         self.slurm_conf = Path(slurm_conf).expanduser()
         self.timeout_s = float(timeout_s)
         self._jobcomp: Path | None = None
+        self._jobcomp_reader: JobcompReader | None = None
 
     def __repr__(self) -> str:
         return f"SlurmScheduler({self.name!r}, {str(self.slurm_conf)!r})"
@@ -330,49 +335,37 @@ class SlurmScheduler(Scheduler):
         return self._jobcomp
 
     def jobcomp_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        """Ended jobs found in the jobcomp/filetxt file (the last line per job id wins)."""
+        """Ended jobs found in the jobcomp/filetxt file (the last line per job id wins), read
+        incrementally from where the previous call stopped (:class:`~lab.hpc.schedulers.slurm_poll.JobcompReader`)."""
         path = self.jobcomp_path()
-        wanted = {str(j) for j in job_ids}
-        found: dict[str, JobStatus] = {}
-        if path is None or not wanted:
-            return found
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError:
-            return found
-        for line in lines:
-            m = re.match(r"JobId=(\S+)", line)
-            if not m or m.group(1) not in wanted:
-                continue
-            rec = parse_jobcomp_line(line)
-            never_ran = rec.get("NodeCnt") == "0"
-            exit_code = None
-            if ":" in rec.get("ExitCode", "") and not never_ran:
-                code, sig = (int(x) for x in rec["ExitCode"].split(":")[:2])
-                exit_code = 128 + sig if sig else code
-            found[m.group(1)] = JobStatus(
-                job_id=m.group(1),
-                state=map_state(rec.get("JobState")),
-                name=rec.get("Name"),
-                submit_time=parse_slurm_time(rec.get("SubmitTime")),
-                start_time=None if never_ran else parse_slurm_time(rec.get("StartTime")),
-                end_time=parse_slurm_time(rec.get("EndTime")),
-                exit_code=exit_code,
-                cpus=int(rec["ProcCnt"]) if rec.get("ProcCnt", "").isdigit() else None,
-                nodes=int(rec["NodeCnt"]) if rec.get("NodeCnt", "").isdigit() else None,
-            )
-        return found
+        if path is None or not job_ids:
+            return {}
+        if self._jobcomp_reader is None or self._jobcomp_reader.path != path:
+            self._jobcomp_reader = JobcompReader(path, parse_jobcomp_line, map_state)
+        return self._jobcomp_reader.status(job_ids)
 
-    def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
+    def completed_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """Ended jobs among ``job_ids`` from the completion records alone, without ``squeue``: the
+        jobcomp file (incremental read) if the site writes one, else one ``sacct -X -j`` call."""
         ids = [str(j) for j in job_ids]
         if not ids:
             return {}
+        if self.jobcomp_path() is not None:
+            return self.jobcomp_status(ids)
+        return sacct_watched(self.name, self._run, ids, map_state)
+
+    def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """Each job's status with one ``squeue -j <the ids>`` call (not the whole queue: its cost does
+        not grow with the jobs other users hold), then the completion records for those squeue no
+        longer lists (:meth:`completed_status`); jobs found nowhere are UNKNOWN."""
+        ids = list(dict.fromkeys(str(j) for j in job_ids))
+        if not ids:
+            return {}
         self._ping()
-        live = {str(j.get("job_id")): j for j in self._squeue_jobs()}
-        out = {i: self._from_squeue(live[i]) for i in ids if i in live}
+        out = squeue_watched(self.name, self._run, ids, map_state)
         missing = [i for i in ids if i not in out]
         if missing:
-            out.update(self.jobcomp_status(missing))
+            out.update(self.completed_status(missing))
         for i in ids:
             out.setdefault(i, JobStatus(job_id=i, state=JobState.UNKNOWN, reason="not in squeue nor in the job completion file"))
         return {i: out[i] for i in ids}
