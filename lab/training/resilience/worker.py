@@ -1,0 +1,522 @@
+"""One worker process of a hot-swap run: a logical data-parallel rank, or an idle spare.
+
+The model is the real-text GPT of :mod:`lab.training.model` on the Shakespeare corpus
+(:class:`~lab.training.data.TextCorpus`, :class:`~lab.training.data.BatchSampler`), trained
+data-parallel with a ZeRO-1 sharded AdamW: the parameters live in one flat fp32 vector (the model's
+parameters are views into it); after the backward pass the flat gradient is averaged with
+``all_reduce`` (in ``grad_buckets`` pieces), each rank updates only its 1/N shard of the parameters
+with AdamW (its ``exp_avg``/``exp_avg_sq`` shard is the only copy in the job), and an
+``all_gather`` puts the updated shards back together. The parameters are therefore *reconstructible*
+(every rank has them), the optimizer shard, its step count and the rank's RNG state are not: those
+are what goes to the peer ``(rank + 1) % N`` (PHOENIX's "replicate only non-reconstructible optimizer
+shards").
+
+Per step ``t`` (with protection on), right after the optimizer step, the training thread captures the
+RNG state and hands generation ``t`` to the :class:`Snapshotter` thread, which copies parameters and
+shard into the local ping-pong buffers, commits them, then sends the shard (with its CRC-32) to the
+peer on a second gloo group and receives the predecessor's. The training thread continues with the
+next forward and backward pass and waits for the *copy* (not the replication) only before its next
+optimizer step modifies the state.
+
+The coordinator (:mod:`lab.training.resilience.coordinator`) drives workers through a
+:class:`torch.distributed.TCPStore` it hosts: ``plan/<epoch>`` (JSON) says which worker holds which
+logical rank and how to restore; a worker whose collective fails reports ``report/<epoch>/<worker>``
+(its error, its committed generations, the checksum state of the replica it holds) and waits for the
+next plan. Every epoch has its own process group, rendezvoused through ``PrefixStore("epoch<e>")``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import queue
+import resource
+import signal
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lab.training.resilience.config import FaultPlan, ResilienceConfig
+from lab.training.resilience.snapshot import PingPong, SnapshotError
+
+__all__ = ["Snapshotter", "TransientCollectiveError", "worker_main"]
+
+_STATE_NAMES = ("exp_avg", "exp_avg_sq", "meta", "rng")
+
+
+class TransientCollectiveError(RuntimeError):
+    """An injected transient collective failure (the process stays alive and healthy)."""
+
+
+def _set_parent_death_signal() -> None:
+    """Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: this worker dies when its parent does."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _lr(cfg: ResilienceConfig, step: int) -> float:
+    if cfg.warmup_steps and step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + 0.5 * (cfg.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+class Snapshotter:
+    """Background thread that writes per-step ping-pong snapshots and replicates the shard to the peer.
+
+    Parameters
+    ----------
+    local_params : PingPong
+        Layout ``{"params": (P,) float32}``.
+    local_state, replica : PingPong
+        Layout ``{"exp_avg": (L,), "exp_avg_sq": (L,), "meta": (2,) int64, "rng": (R,) uint8}``; the
+        replica holds the predecessor rank's shard.
+    rank, world_size : int
+    group : ProcessGroup or None
+        The gloo group used for replication (None: no replication, world size 1).
+    fault : callable, optional
+        ``fault(generation, phase)`` called at ``"copy"`` (after the parameter copy, before the shard
+        copy) and ``"send"`` (before the replica transfer): fault injection.
+    """
+
+    def __init__(self, local_params: PingPong, local_state: PingPong, replica: PingPong, rank: int, world_size: int,
+                 group: Any, fault=None, non_blocking: bool = False):
+        self.local_params, self.local_state, self.replica = local_params, local_state, replica
+        self.rank, self.world_size, self.group, self.fault = rank, world_size, group, fault
+        self.non_blocking = non_blocking
+        self.q: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.alive = True
+        self.copy_done = threading.Event()
+        self.copy_done.set()
+        self.busy_s = 0.0
+        self.thread = threading.Thread(target=self._loop, name=f"snapshot-r{rank}", daemon=True)
+        self.thread.start()
+
+    def submit(self, generation: int, params: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
+        """Queue generation ``generation`` (``params`` and ``state`` are the live tensors; ``state["rng"]``
+        and ``state["meta"]`` must be private copies)."""
+        self.raise_error()
+        self.copy_done.clear()
+        self.q.put((generation, params, state))
+
+    def wait_copied(self) -> None:
+        """Block until the last submitted generation is in the local buffers (before the live state changes)."""
+        self.copy_done.wait()
+        self.raise_error()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"snapshot thread of rank {self.rank} failed: {self.error}") from self.error
+
+    def drain(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) until every queued generation is copied and replicated."""
+        t_end = time.monotonic() + timeout
+        while (not self.q.empty() or getattr(self, "_working", False)) and time.monotonic() < t_end and self.error is None:
+            time.sleep(0.002)
+        self.raise_error()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self.alive = False
+        self.q.put(None)
+        self.thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None or not self.alive:
+                self.copy_done.set()
+                return
+            self._working = True
+            gen, params, state = item
+            t0 = time.perf_counter()
+            try:
+                self.local_params.write(gen, {"params": params}, non_blocking=self.non_blocking)
+                if self.fault is not None:
+                    self.fault(gen, "copy")
+                buf = self.local_state.write(gen, state, non_blocking=self.non_blocking)
+                self.copy_done.set()
+                if self.group is not None and self.world_size > 1:
+                    if self.fault is not None:
+                        self.fault(gen, "send")
+                    self._replicate(gen, buf)
+            except BaseException as exc:  # noqa: BLE001 - reported to the training thread
+                self.error = exc
+                self.copy_done.set()
+                self._working = False
+                return
+            self.busy_s += time.perf_counter() - t0
+            self._working = False
+
+    def _replicate(self, gen: int, buf) -> None:
+        nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
+        header = torch.tensor([gen, buf.crc], dtype=torch.int64)
+        incoming = torch.zeros(2, dtype=torch.int64)
+        reqs = [dist.isend(header, nxt, group=self.group, tag=1), dist.irecv(incoming, prv, group=self.group, tag=1)]
+        for r in reqs:
+            r.wait()
+        rgen, rcrc = int(incoming[0]), int(incoming[1])
+        dst = self.replica.begin(rgen)
+        reqs = []
+        for i, name in enumerate(_STATE_NAMES):
+            reqs.append(dist.isend(buf.tensors[name], nxt, group=self.group, tag=10 + i))
+            reqs.append(dist.irecv(dst.tensors[name], prv, group=self.group, tag=10 + i))
+        for r in reqs:
+            r.wait()
+        if self.alive:
+            self.replica.commit(dst, rgen, rcrc)
+
+
+class _Worker:
+    """State of one worker process across epochs (see :func:`worker_main`)."""
+
+    def __init__(self, cfg: ResilienceConfig, worker_id: int, port: int):
+        from lab.training.data import BatchSampler, TextCorpus
+        from lab.training.model import GPT
+
+        self.cfg, self.worker_id = cfg, worker_id
+        self.store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=cfg.store_timeout_s))
+        self.device = torch.device("cpu")
+        corpus = TextCorpus(cfg.val_plays)
+        self.tokens = corpus.train_tokens
+        model_cfg = cfg.model.model_copy(update={"vocab_size": cfg.model.vocab_size or corpus.tokenizer.vocab_size})
+        self.model_cfg = model_cfg
+        torch.manual_seed(cfg.seed)
+        self.model = GPT(model_cfg)
+        self.sampler = BatchSampler(len(self.tokens), model_cfg.block_size, cfg.batch_size, cfg.workers, cfg.seed)
+        params = list(self.model.parameters())
+        self.n_params = sum(p.numel() for p in params)
+        n = cfg.workers
+        self.shard_len = -(-self.n_params // n)
+        padded = self.shard_len * n
+        self.flat = torch.zeros(padded)
+        self.grad = torch.zeros(padded)
+        self.wd = torch.zeros(padded)
+        self.views: list[tuple[torch.nn.Parameter, int, int]] = []
+        off = 0
+        for p in params:
+            k = p.numel()
+            self.flat[off:off + k].copy_(p.data.view(-1))
+            p.data = self.flat[off:off + k].view_as(p)
+            if p.dim() >= 2:
+                self.wd[off:off + k] = cfg.weight_decay
+            self.views.append((p, off, k))
+            off += k
+        self.init_flat = self.flat.clone()
+        self.exp_avg = torch.zeros(self.shard_len)
+        self.exp_avg_sq = torch.zeros(self.shard_len)
+        self.opt_step = 0
+        self.rng_len = torch.get_rng_state().numel()
+        state_layout = {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
+                        "meta": torch.zeros(2, dtype=torch.int64), "rng": torch.zeros(self.rng_len, dtype=torch.uint8)}
+        self.local_params = PingPong({"params": self.flat})
+        self.local_state = PingPong(state_layout)
+        self.replica = PingPong(state_layout)
+        self.rank: int | None = None
+        self.step = 0
+        self.fired: set[int] = set()
+        self.recorder = None
+
+    # ------------------------------------------------------------------ store helpers
+    def _set(self, key: str, value: Any) -> None:
+        self.store.set(key, json.dumps(value))
+
+    def _get(self, key: str) -> Any:
+        return json.loads(self.store.get(key))
+
+    def _wait_plan(self, epoch: int) -> dict:
+        key = f"plan/{epoch}"
+        while True:
+            if self.store.check([key]):
+                return self._get(key)
+            if self.store.check(["fatal"]):
+                return {"restore": "fatal"}
+            time.sleep(0.01)
+
+    # ------------------------------------------------------------------ faults
+    def _fault_due(self, step: int, phase: str) -> FaultPlan | None:
+        for i, f in enumerate(self.cfg.faults):
+            if f.rank == self.rank and f.step == step and f.phase == phase and i not in self.fired:
+                if self.store.add(f"fault/{i}", 1) == 1:
+                    self.fired.add(i)
+                    return f
+                self.fired.add(i)
+        return None
+
+    def _fire(self, f: FaultPlan) -> None:
+        self._set(f"killed_at/{self.worker_id}", {"time": time.time(), "rank": self.rank, "step": f.step, "phase": f.phase,
+                                                  "kind": f.kind})
+        if f.kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif f.kind == "hang":
+            while True:
+                time.sleep(3600)
+        elif f.kind == "transient":
+            raise TransientCollectiveError(f"injected transient collective error on rank {self.rank} at step {f.step}")
+        elif f.kind == "corrupt_replica":
+            # flip bytes of the replica this rank holds (its predecessor's shard), both generations
+            for b in self.replica.buffers:
+                if b.generation is not None:
+                    b.tensors["exp_avg"].view(torch.uint8)[:8].bitwise_not_()
+
+    def _snapshot_fault(self, gen: int, phase: str) -> None:
+        f = self._fault_due(gen, "snapshot_" + phase)
+        if f is not None:
+            self._fire(f)
+
+    # ------------------------------------------------------------------ state
+    def _state_tensors(self, step: int) -> dict[str, torch.Tensor]:
+        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
+                "meta": torch.tensor([self.opt_step, step], dtype=torch.int64), "rng": torch.get_rng_state().clone()}
+
+    def _load_state(self, state: dict[str, torch.Tensor]) -> int:
+        self.exp_avg.copy_(state["exp_avg"])
+        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+        self.opt_step = int(state["meta"][0])
+        torch.set_rng_state(state["rng"].clone())
+        return int(state["meta"][1])
+
+    def _disk_dir(self, step: int) -> Path:
+        return Path(self.cfg.run_dir) / "checkpoints" / f"step_{step:08d}"
+
+    def _save_disk(self, step: int) -> None:
+        d = self._disk_dir(step)
+        d.mkdir(parents=True, exist_ok=True)
+        payload = {"params": self.flat.clone(), **{k: v.clone() for k, v in self._state_tensors(step).items()}}
+        tmp = d / f"rank{self.rank}.pt.tmp"
+        torch.save(payload, tmp)
+        tmp.replace(d / f"rank{self.rank}.pt")
+        dist.barrier()
+        if self.rank == 0:
+            (d / "COMPLETE").write_text(json.dumps({"step": step, "time": time.time()}))
+
+    def _restore(self, plan: dict) -> None:
+        how, rank = plan["restore"], self.rank
+        if how == "fresh":
+            self.flat.copy_(self.init_flat)
+            self.exp_avg.zero_()
+            self.exp_avg_sq.zero_()
+            self.opt_step = 0
+            torch.manual_seed(self.cfg.seed * 1_000_003 + rank + 1)
+            self.step = 0
+            self.local_params.invalidate()
+            self.local_state.invalidate()
+            self.replica.invalidate()
+        elif how == "disk":
+            path = self._disk_dir(plan["generation"]) / f"rank{rank}.pt"
+            ck = torch.load(path, weights_only=True)
+            self.flat.copy_(ck["params"])
+            self.step = self._load_state({k: ck[k] for k in _STATE_NAMES})
+            self.local_params.invalidate()
+            self.local_state.invalidate()
+            self.replica.invalidate()
+        else:  # memory: generation g from the ping-pong buffers, the new rank's shard from its peer's replica
+            g = plan["generation"]
+            for pp in (self.local_params, self.local_state, self.replica):
+                pp.drop_after(g)
+            new = set(plan["new_ranks"])
+            if rank not in new:
+                self.flat.copy_(self.local_params.get(g).tensors["params"])
+                self.step = self._load_state(self.local_state.get(g).tensors)
+            if new:
+                dist.broadcast(self.flat, plan["src"])
+                for r in sorted(new):
+                    holder = (r + 1) % self.cfg.workers
+                    if rank == holder:
+                        buf = self.replica.get(g)
+                        dist.send(torch.tensor([g, buf.crc], dtype=torch.int64), r)
+                        for name in _STATE_NAMES:
+                            dist.send(buf.tensors[name], r)
+                    elif rank == r:
+                        head = torch.zeros(2, dtype=torch.int64)
+                        dist.recv(head, holder)
+                        dst = self.local_state.begin(int(head[0]))
+                        for name in _STATE_NAMES:
+                            dist.recv(dst.tensors[name], holder)
+                        self.local_state.commit(dst, int(head[0]), int(head[1]))  # verifies the CRC-32
+                        self.step = self._load_state(dst.tensors)
+                        pbuf = self.local_params.begin(g)
+                        pbuf.tensors["params"].copy_(self.flat)
+                        self.local_params.commit(pbuf, g)
+            if self.step != g:
+                raise SnapshotError(f"rank {rank}: restored generation {g} but its step counter says {self.step}")
+
+    # ------------------------------------------------------------------ one epoch
+    def run_epoch(self, epoch: int, plan: dict) -> dict:
+        cfg, n = self.cfg, self.cfg.workers
+        t_plan = time.time()
+        timeout = timedelta(seconds=cfg.timeout_s)
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"epoch{epoch}", self.store), rank=self.rank, world_size=n,
+                                timeout=timeout)
+        snap_group = dist.new_group(backend="gloo", timeout=timeout)
+        t_pg = time.time()
+        self._restore(plan)
+        t_restored = time.time()
+        self._set(f"timing/{epoch}/{self.worker_id}", {"plan": t_plan, "pg_ready": t_pg, "restored": t_restored})
+        rank = self.rank
+        if self.recorder is None and rank == 0 and cfg.events_path is not None:
+            from lab.training.monitor import RunRecorder
+
+            self.recorder = RunRecorder(cfg.events_path, cfg.resolved_run_id, 0)
+        lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
+        shards = list(self.flat.split(self.shard_len))
+        snap = Snapshotter(self.local_params, self.local_state, self.replica, rank, n, snap_group, fault=self._snapshot_fault)
+        self.snap = snap
+        b1, b2 = cfg.betas
+        step_times, protected, losses = {}, {}, {}
+        try:
+            committed = set(self.local_params.committed()) & set(self.local_state.committed())
+            if cfg.protect != "off" and self.step not in committed:
+                snap.submit(self.step, self.flat, self._state_tensors(self.step))
+            while self.step < cfg.steps:
+                step = self.step + 1
+                t0 = time.perf_counter()
+                x, y = self.sampler.batch(self.tokens, step, rank)
+                _, loss = self.model(x, y)
+                for p, _, _ in self.views:
+                    p.grad = None
+                loss.backward()
+                for p, off, k in self.views:
+                    self.grad[off:off + k].copy_(p.grad.view(-1))
+                f = self._fault_due(step, "collective")
+                buckets = list(self.grad.chunk(cfg.grad_buckets))
+                for i, bucket in enumerate(buckets):
+                    if f is not None and i == len(buckets) // 2:
+                        self._fire(f)
+                    dist.all_reduce(bucket)
+                self.grad.div_(n)
+                snap.wait_copied()  # the previous generation must be in host memory before the state changes
+                # ZeRO-1 AdamW on this rank's shard (torch.optim.AdamW's update, written out)
+                lr = _lr(cfg, step)
+                self.opt_step += 1
+                p, g, m, v = self.flat[lo:hi], self.grad[lo:hi], self.exp_avg, self.exp_avg_sq
+                p.mul_(1 - lr * self.wd[lo:hi])
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                bc1, bc2 = 1 - b1 ** self.opt_step, 1 - b2 ** self.opt_step
+                denom = (v.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
+                p.addcdiv_(m, denom, value=-lr / bc1)
+                dist.all_gather(shards, self.flat[lo:hi].clone())
+                self.step = step
+                on = cfg.protected(step)
+                if on:
+                    snap.submit(step, self.flat, self._state_tensors(step))
+                step_s = time.perf_counter() - t0
+                loss_t = loss.detach().clone()
+                dist.all_reduce(loss_t)
+                loss_v = float(loss_t) / n
+                step_times[step], protected[step], losses[step] = step_s, on, loss_v
+                if rank == 0:
+                    self._set("progress", {"epoch": epoch, "step": step, "time": time.time()})
+                    if self.recorder is not None:
+                        self.recorder.step(step, loss=loss_v, lr=lr, step_s=step_s, compute_s=step_s, comm_s=0.0,
+                                           worker=self.worker_id, epoch=epoch, protected=on)
+                if cfg.disk_interval and step % cfg.disk_interval == 0:
+                    snap.drain(cfg.timeout_s)
+                    self._save_disk(step)
+                f = self._fault_due(step, "step")
+                if f is not None:
+                    self._fire(f)
+                if cfg.step_delay_s:
+                    time.sleep(cfg.step_delay_s)
+            snap.drain(cfg.timeout_s)
+            snap.stop()
+            dist.barrier()
+            from lab.training.run import param_sha256
+
+            return {"sha": param_sha256(self.model), "step": self.step, "step_s": step_times, "protected": protected,
+                    "losses": losses, "snapshot_busy_s": snap.busy_s}
+        finally:
+            snap.stop(0.5)
+
+    def report_error(self, epoch: int, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TransientCollectiveError):
+            kind = "transient"
+        elif "timed out" in text.lower() or "timeout" in text.lower():
+            kind = "timeout"
+        else:
+            kind = "collective_error"
+        replica = {}
+        for b in self.replica.buffers:
+            if b.generation is not None:
+                replica[str(b.generation)] = "ok" if b.verify() else "corrupt"
+        self._set(f"report/{epoch}/{self.worker_id}", {
+            "rank": self.rank, "kind": kind, "error": text[:400], "step": self.step,
+            "local": sorted(set(self.local_params.committed()) & set(self.local_state.committed())),
+            "replica": replica, "time": time.time()})
+
+    def main(self) -> None:
+        epoch = 0
+        while True:
+            plan = self._wait_plan(epoch)
+            if plan["restore"] in ("fatal", "stop"):
+                return
+            members = {int(r): w for r, w in plan["members"].items()}
+            mine = [r for r, w in members.items() if w == self.worker_id]
+            if not mine:
+                epoch += 1
+                continue
+            self.rank = mine[0]
+            try:
+                out = self.run_epoch(epoch, plan)
+                out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                self._set(f"done/{epoch}/{self.worker_id}", out)
+                self._destroy()
+                self._wait_plan(epoch + 1)
+                return
+            except Exception as exc:  # noqa: BLE001 - reported to the coordinator, which decides
+                if os.environ.get("LAB_RESILIENCE_DEBUG"):
+                    traceback.print_exc()
+                try:
+                    self.snap.stop(0.2)
+                except Exception:
+                    pass
+                self._destroy()
+                self.report_error(epoch, exc)
+                epoch += 1
+
+    def _destroy(self) -> None:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def worker_main(cfg_json: str, worker_id: int, port: int) -> None:
+    """Entry point of a worker process (``multiprocessing`` target).
+
+    Parameters
+    ----------
+    cfg_json : str
+        :class:`~lab.training.resilience.config.ResilienceConfig` as JSON.
+    worker_id : int
+        This process's id (0 .. workers + spares - 1); the first ``workers`` start as ranks, the rest as spares.
+    port : int
+        The coordinator's TCPStore port on 127.0.0.1.
+    """
+    _set_parent_death_signal()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    cfg = ResilienceConfig.model_validate_json(cfg_json)
+    w = _Worker(cfg, worker_id, port)
+    w.store.set(f"ready/{worker_id}", str(os.getpid()))
+    try:
+        w.main()
+    finally:
+        if w.recorder is not None:
+            w.recorder.close()
