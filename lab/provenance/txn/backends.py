@@ -64,6 +64,13 @@ class Backend:
         raise NotImplementedError
 
     def init_schema(self) -> None:
+        """Create the tables unless they exist (a cheap probe first: opening a store is frequent)."""
+        try:
+            with self.read():
+                if self.q("SELECT seq FROM clock WHERE k = 0"):
+                    return
+        except Exception:  # no such table yet
+            pass
         with self.write():
             for stmt in SCHEMA:
                 self.x(stmt)
