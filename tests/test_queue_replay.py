@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.hpc import QueueReplay, QueueSnapshot, ReplayError, load_trace, parse_swf
+from lab.hpc.errors import ArgumentError
 from lab.hpc.queue import SNAPSHOT_COLUMNS, WAIT_BIN_EDGES, WAIT_BIN_LABELS, naive_snapshots
 
 # Six jobs on a 10-processor machine, times relative to UnixStartTime 1000.
@@ -210,8 +211,9 @@ def test_toy_timeline(toy):
 
 
 def test_bad_unknown_wait_option():
-    with pytest.raises(ValueError, match="unknown_wait must be 'exclude' or 'zero', not 'drop'"):
+    with pytest.raises(ArgumentError, match="QueueReplay: unknown_wait='drop': must be 'exclude' or 'zero'") as info:
         QueueReplay(parse_swf(TOY), unknown_wait="drop")
+    assert info.value.field == "unknown_wait" and info.value.value == "drop" and isinstance(info.value, ValueError)
 
 
 # --------------------------------------------------------------------------- property: vectorized == naive
@@ -350,8 +352,9 @@ def test_theta_2022_timeline_has_the_asked_rows(replays):
 
 @pytest.mark.parametrize("capacity", [0, -3, 2.5, "8", True])
 def test_capacity_must_be_a_positive_integer(capacity):
-    with pytest.raises(ValueError, match="capacity must be a positive integer number of processors"):
+    with pytest.raises(ArgumentError, match="capacity=.*: must be a positive integer number of processors") as info:
         QueueReplay(parse_swf(TOY), capacity=capacity)
+    assert info.value.field == "capacity" and info.value.value is capacity
 
 
 def test_non_positive_header_capacity_is_unknown():
@@ -360,8 +363,15 @@ def test_non_positive_header_capacity_is_unknown():
 
 
 def test_snapshot_times_must_be_finite(toy):
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ArgumentError, match="finite") as info:
         toy.snapshots([1000.0, float("nan")])
+    assert info.value.field == "times"
+    with pytest.raises(ArgumentError, match="must be numbers"):  # numpy's own ValueError before
+        toy.snapshots(["noon"])
+    with pytest.raises(ArgumentError, match="n=0: must be an integer >= 1"):  # numpy's linspace accepted 0, refused -1
+        toy.timeline(0)
+    with pytest.raises(ArgumentError, match="edges.*strictly increasing"):  # np.histogram's ValueError before
+        toy.wait_histogram(0, 5000, edges=[10, 5, 1])
 
 
 def test_replay_error_says_what_is_missing():

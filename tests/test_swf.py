@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lab import LabError
 from lab.hpc import HPCError, SWFError, SWFHeader, SWFTrace, load_trace, parse_swf, read_swf, write_swf
-from lab.hpc.errors import SWFWarning
+from lab.hpc.errors import ArgumentError, SWFWarning
 from lab.hpc.queue import QueueReplay
 from lab.hpc.swf import FIELDS, SWFComment
 
@@ -380,8 +380,9 @@ def test_missing_file_is_file_not_found(tmp_path):
 
 
 def test_invalid_mode_is_checked():
-    with pytest.raises(ValueError, match="invalid must be 'raise' or 'unknown', not 'skip'"):
+    with pytest.raises(ArgumentError, match="read_swf: invalid='skip': must be 'raise' or 'unknown'") as info:
         parse_swf(OK, invalid="skip")
+    assert info.value.field == "invalid" and isinstance(info.value, ValueError)
 
 
 def test_first_bad_value_in_file_order_wins_over_column_order():

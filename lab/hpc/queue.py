@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from lab.hpc.errors import ReplayError
+from lab.hpc.errors import ArgumentError, ReplayError
 from lab.hpc.swf import SWFTrace
 
 __all__ = ["QueueReplay", "QueueSnapshot", "WAIT_BIN_EDGES", "WAIT_BIN_LABELS", "naive_snapshots"]
@@ -112,8 +112,9 @@ class QueueReplay:
     ReplayError
         No job can be replayed (e.g. a trace without wait times and ``unknown_wait="exclude"``);
         the message counts the jobs missing each quantity.
-    ValueError
-        ``capacity`` is not a positive integer, or ``unknown_wait`` is not one of its choices.
+    ArgumentError
+        ``capacity`` is not a positive integer, or ``unknown_wait`` is not one of its choices (the
+        error names the argument; it is also a ValueError).
 
     Notes
     -----
@@ -132,9 +133,9 @@ class QueueReplay:
         name: str | None = None,
     ):
         if unknown_wait not in ("exclude", "zero"):
-            raise ValueError(f"unknown_wait must be 'exclude' or 'zero', not {unknown_wait!r}")
+            raise ArgumentError("QueueReplay", "unknown_wait", unknown_wait, "must be 'exclude' or 'zero'")
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0):
-            raise ValueError(f"capacity must be a positive integer number of processors, not {capacity!r}")
+            raise ArgumentError("QueueReplay", "capacity", capacity, "must be a positive integer number of processors")
         self.trace = trace
         self.name = name or trace.name.removesuffix(".swf")
         jobs = trace.jobs
@@ -217,12 +218,10 @@ class QueueReplay:
 
         Raises
         ------
-        ValueError
-            A time is NaN or infinite.
+        ArgumentError
+            A time is not a number, or is NaN or infinite (the error names ``times`` and the first bad values).
         """
-        t = np.asarray(times, dtype=np.float64).reshape(-1)
-        if not np.isfinite(t).all():
-            raise ValueError(f"snapshot times must be finite epoch seconds; got {t[~np.isfinite(t)][:3].tolist()}")
+        t = _times("QueueReplay.snapshots", "times", times)
         n_sub = np.searchsorted(self._submit_sorted, t, side="right")
         n_start = np.searchsorted(self._start_sorted, t, side="right")
         n_end = np.searchsorted(self._end_sorted, t, side="right")
@@ -266,8 +265,10 @@ class QueueReplay:
 
     def timeline(self, n: int = 1000, *, start: float | None = None, end: float | None = None) -> pd.DataFrame:
         """:meth:`snapshots` at ``n`` evenly spaced times from ``start`` to ``end`` (default: the trace's span)."""
-        start = self.first_submit if start is None else start
-        end = self.last_end if end is None else end
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ArgumentError("QueueReplay.timeline", "n", n, "must be an integer >= 1")
+        start = self.first_submit if start is None else float(_times("QueueReplay.timeline", "start", start)[0])
+        end = self.last_end if end is None else float(_times("QueueReplay.timeline", "end", end)[0])
         return self.snapshots(np.linspace(start, end, n))
 
     def capacity_violations(self) -> pd.DataFrame:
@@ -345,10 +346,29 @@ class QueueReplay:
     def wait_histogram(self, t0: float, t1: float, edges=WAIT_BIN_EDGES) -> np.ndarray:
         """Counts of jobs started in ``[t0, t1)`` per wait bin (``edges`` in seconds, default :data:`WAIT_BIN_EDGES`).
 
-        Returns an int64 array of ``len(edges) - 1`` counts.
+        Returns an int64 array of ``len(edges) - 1`` counts. Raises
+        :class:`~lab.hpc.errors.ArgumentError` naming ``edges`` unless they are at least two
+        increasing numbers.
         """
-        counts, _ = np.histogram(self.wait_times(t0, t1), bins=np.asarray(edges, dtype=np.float64))
+        try:
+            bins = np.asarray(edges, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ArgumentError("QueueReplay.wait_histogram", "edges", edges, "must be numbers (seconds)") from None
+        if len(bins) < 2 or np.isnan(bins).any() or not (np.diff(bins) > 0).all():
+            raise ArgumentError("QueueReplay.wait_histogram", "edges", edges, "must be at least two strictly increasing numbers (seconds)")
+        counts, _ = np.histogram(self.wait_times(t0, t1), bins=bins)
         return counts.astype(np.int64)
+
+
+def _times(where: str, field: str, values) -> np.ndarray:
+    """``values`` as a flat float64 array of finite epoch seconds, else :class:`ArgumentError` naming ``field``."""
+    try:
+        t = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ArgumentError(where, field, values, "must be numbers (epoch seconds)") from None
+    if not np.isfinite(t).all():
+        raise ArgumentError(where, field, values, f"must be finite epoch seconds; got {t[~np.isfinite(t)][:3].tolist()}")
+    return t
 
 
 def naive_snapshots(submit, wait, run, processors, times) -> list[tuple[int, int, int, int]]:

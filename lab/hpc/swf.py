@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from lab.hpc.errors import SWFError, SWFWarning
+from lab.hpc.errors import ArgumentError, SWFError, SWFWarning
 
 __all__ = ["FIELDS", "SWFHeader", "SWFComment", "SWFTrace", "read_swf", "parse_swf", "write_swf", "load_trace"]
 
@@ -325,7 +325,7 @@ def _parse_header(lines: list[tuple[int, str]], path: Path | None) -> SWFHeader:
 
 def _parse(fh: Iterable[str], *, path: Path | None, invalid: str) -> SWFTrace:
     if invalid not in ("raise", "unknown"):
-        raise ValueError(f"invalid must be 'raise' or 'unknown', not {invalid!r}")
+        raise ArgumentError("read_swf", "invalid", invalid, "must be 'raise' or 'unknown'")
     header_lines: list[tuple[int, str]] = []
     rows: list[list[str]] = []
     linenos: list[int] = []
