@@ -207,8 +207,10 @@ def load_site(path: str | Path) -> Site:
     Raises
     ------
     SiteError
-        The file is not valid TOML (with its line and column) or a field is missing or wrong
-        (the first offending field, as a dotted path like ``partitions.0.max_nodes``).
+        The file is not UTF-8 text, not valid TOML (with its line and column), or a field is missing
+        or wrong (the first offending field, as a dotted path like ``partitions.0.max_nodes``).
+    UnknownSchedulerError
+        ``scheduler`` names no registered adapter (a SiteError listing the registered names).
     FileNotFoundError
         No such file.
     """
@@ -217,6 +219,8 @@ def load_site(path: str | Path) -> Site:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SiteError(f"not valid TOML: {exc}", path=path) from None
+    except UnicodeDecodeError as exc:  # a ValueError: never let it out bare
+        raise SiteError(f"not UTF-8 text (byte {exc.start}: {exc.reason})", path=path) from None
     try:
         site = Site.model_validate(raw)
     except ValidationError as exc:
