@@ -1,0 +1,121 @@
+"""lab.training.resilience: ping-pong snapshots, and hot swap in real multi-process gloo runs (CI-sized)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from lab.training.resilience import FaultPlan, NoSpareError, PingPong, ResilienceConfig, SnapshotError, run_resilient
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+def _layout():
+    return {"params": torch.zeros(1000), "meta": torch.zeros(2, dtype=torch.int64)}
+
+
+def test_torn_write_leaves_previous_generation_committed():
+    pp = PingPong(_layout())
+    pp.write(3, {"params": torch.full((1000,), 3.0), "meta": torch.tensor([3, 3])})
+    pp.write(4, {"params": torch.full((1000,), 4.0), "meta": torch.tensor([4, 4])})
+
+    class Killed(Exception):
+        pass
+
+    def die(name):  # the writer dies after copying the parameters, before the rest
+        if name == "params":
+            raise Killed
+
+    with pytest.raises(Killed):
+        pp.write(5, {"params": torch.full((1000,), 5.0), "meta": torch.tensor([5, 5])}, between=die)
+    # generation 5 half-written into generation 3's buffer: neither 3 nor 5 is readable, 4 is intact
+    assert pp.committed() == [4]
+    assert torch.equal(pp.get(4).tensors["params"], torch.full((1000,), 4.0))
+    for g in (3, 5):
+        with pytest.raises(SnapshotError, match=f"generation {g} is not committed"):
+            pp.get(g)
+
+
+def test_corrupted_buffer_is_refused_by_checksum():
+    pp = PingPong(_layout())
+    pp.write(7, {"params": torch.arange(1000.0), "meta": torch.tensor([7, 7])})
+    pp.buffers[1].tensors["params"][10] += 1.0  # silent corruption after the commit
+    assert not pp.buffers[1].verify()
+    with pytest.raises(SnapshotError, match="generation 7 fails its CRC-32"):
+        pp.get(7)
+    buf = pp.begin(9)
+    buf.tensors["params"].fill_(9.0)
+    with pytest.raises(SnapshotError, match="generation 9: received bytes"):
+        pp.commit(buf, 9, crc=12345)  # a transfer whose bytes do not match the sender's checksum
+    assert pp.committed() == []
+
+
+def test_layout_mismatch_is_refused():
+    pp = PingPong(_layout())
+    with pytest.raises(SnapshotError, match="'params'"):
+        pp.write(1, {"params": torch.zeros(999), "meta": torch.zeros(2, dtype=torch.int64)})
+    assert pp.committed() == []
+
+
+# ---------------------------------------------------------------------------------------------- real runs
+STEPS = 8
+
+
+def _cfg(tmp_path, name, **kw):
+    base = dict(run_dir=tmp_path / name, workers=2, spares=1, steps=STEPS, timeout_s=4.0, grace_s=3.0)
+    base.update(kw)
+    return ResilienceConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run (2 workers, 1 idle spare)."""
+    return run_resilient(_cfg(tmp_path_factory.mktemp("ref"), "ref"), timeout=120)
+
+
+def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
+    out = run_resilient(_cfg(tmp_path, "kill", faults=[FaultPlan(step=4, rank=1, phase="collective")]), timeout=120)
+    assert reference.failures == []
+    [f] = out.failures
+    assert (f.kind, f.rank, f.worker, f.replacement, f.restore) == ("killed", 1, 1, 2, "memory")
+    assert "SIGKILL" in f.detail
+    assert out.members == {0: 0, 1: 2}
+    assert f.generation >= 2 and f.steps_lost <= 1
+    assert out.step == STEPS
+    assert out.param_sha256 == reference.param_sha256
+    # the resumed epoch's losses (steps generation+1 .. STEPS) are the uninterrupted run's
+    assert min(out.losses) == f.generation + 1 and max(out.losses) == STEPS
+    assert all(out.losses[s] == reference.losses[s] for s in out.losses)
+    assert f.recovery_s < 10
+
+
+def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):
+    # rank 1 dies inside its snapshot thread, between the parameter and the shard copy of generation 5:
+    # generation 5 is never replicated, so the run must resume from 4 (committed everywhere), not 5
+    out = run_resilient(_cfg(tmp_path, "torn", faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]), timeout=120)
+    [f] = out.failures
+    assert f.kind == "killed" and f.restore == "memory"
+    assert f.generation == 4
+    assert out.param_sha256 == reference.param_sha256
+
+
+def test_corrupted_replica_is_refused_and_disk_checkpoint_used(tmp_path, reference):
+    faults = [FaultPlan(step=6, rank=0, kind="corrupt_replica"), FaultPlan(step=6, rank=1)]
+    out = run_resilient(_cfg(tmp_path, "corrupt", disk_interval=4, faults=faults), timeout=120)
+    [f] = out.failures
+    assert f.replica_problems, "the corrupted replica was not reported"
+    assert all("replica of rank 1 generation" in p and "held by rank 0" in p and "CRC-32" in p for p in f.replica_problems)
+    assert (f.restore, f.generation) == ("disk", 4)
+    assert out.param_sha256 == reference.param_sha256
+
+
+def test_two_failures_with_one_spare_name_the_missing_spare(tmp_path):
+    faults = [FaultPlan(step=2, rank=1), FaultPlan(step=4, rank=0)]
+    t0 = time.monotonic()
+    with pytest.raises(NoSpareError) as info:
+        run_resilient(_cfg(tmp_path, "two", faults=faults), timeout=120)
+    msg = str(info.value)
+    assert "rank 0 (worker 0" in msg and "no spare is left" in msg and "1 spare(s)" in msg
+    assert "worker 2 took rank 1" in msg
+    assert time.monotonic() - t0 < 60
