@@ -1,0 +1,153 @@
+"""ConFiner video generation: each expert alone at its full step count against ConFiner's modes, and ConFiner-Long.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.video --out benchmarks/results/video.json [--videos 64] [--modes ...]
+        [--long-videos 8] [--no-long] [--seed 0]
+
+Rows are merged into ``--out`` by mode, so the benchmark can be run in pieces (``--modes a b`` then
+``--modes c``; ``--only-long``). Every mode generates the same ``--videos`` unconditional 8-frame 16x16
+videos from the same seeded noise (video ``i``'s control / expert noise is drawn from seed ``seed + i``).
+
+Modes (``results`` rows): ``control_expert_alone`` (8 Euler/DDIM steps, flow_sigma), ``spatial_expert_alone``
+and ``temporal_expert_alone`` (100 DDIM steps each, their own schedules), ``confiner_coordinated`` (4 + 5
+steps, T_e = 100, the paper's defaults, not tuned), ``confiner_coordinated_18`` (8 + 10), ``confiner_spatial_only``,
+``confiner_temporal_only``, ``confiner_naive_alternation`` (Eq. 7, 4 + 15 steps: the coordinated NFE); and
+two reference rows, ``real_heldout`` (test-split clips, stride 1: the ceiling) and ``static_real_frame``
+(a naive floor: one held-out real frame repeated 8 times, which scores perfect consistency and smoothness
+and shows what those two metrics alone reward).
+
+Metrics (:mod:`lab.generative.video.metrics`), features from a small autoencoder trained on the training
+frames (seed 0): ``frame_quality`` = Frechet distance of generated frames' features to the held-out test
+frames' (lower is better; 95 % interval by bootstrap over videos, 200 resamples), ``psnr_nn`` / ``ssim_nn``
+to the nearest held-out frame, ``subject_consistency`` (VBench), ``motion_smoothness`` (VBench's score
+with a linear interpolator), ``nfe`` (expert calls per video: a call on a batch counts once per video)
+and ``s_per_video`` (wall time of a batch of 16 / 16, one thread); intervals are 95 % t intervals over
+videos (over batches for time). ``long``: ConFiner-Long, 64 frames, with every strategy, none, and each
+one switched off; ``seam_flicker`` = mean feature jump across the 7 segment seams over that inside segments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lab.generative.video import confiner as cf
+from lab.generative.video import datasets, metrics
+from lab.generative.video.experts import load_expert
+
+FRAMES, SIZE, BATCH = 8, 16, 16
+MODES = ["control_expert_alone", "spatial_expert_alone", "temporal_expert_alone", "confiner_coordinated",
+         "confiner_coordinated_18", "confiner_spatial_only", "confiner_temporal_only", "confiner_naive_alternation",
+         "real_heldout", "static_real_frame"]
+LONG = {"all_strategies": (True, True, True), "none": (False, False, False), "no_consistency_init": (False, True, True),
+        "no_coherence_guidance": (True, False, True), "no_staggered": (True, True, False)}
+
+
+def _noise(i0: int, n: int, seed: int) -> torch.Tensor:
+    return torch.stack([torch.randn((FRAMES, SIZE, SIZE), generator=torch.Generator().manual_seed(seed + i)) for i in range(i0, i0 + n)])
+
+
+def generate(mode: str, ex: dict, n: int, seed: int):
+    """(videos (n, F, H, W), nfe per video, seconds per video of each batch)."""
+    if mode == "real_heldout":
+        v = datasets.clips("test", FRAMES, SIZE, stride=1)
+        return v, 0, [0.0]
+    if mode == "static_real_frame":
+        f = datasets.frames("test", SIZE)[:, 0]
+        idx = torch.linspace(0, f.shape[0] - 1, n).round().long()
+        return f[idx].unsqueeze(1).expand(n, FRAMES, SIZE, SIZE).contiguous(), 0, [0.0]
+    vids, secs, nfe = [], [], None
+    for i0 in tqdm(range(0, n, BATCH), desc=mode, leave=False):
+        b = min(BATCH, n - i0)
+        z = _noise(i0, b, seed)
+        if mode.endswith("_alone"):
+            g = cf.sample_expert(ex[mode.split("_")[0]], z)
+        else:
+            kw = {"confiner_coordinated": ("coordinated", 4, 5), "confiner_coordinated_18": ("coordinated", 8, 10),
+                  "confiner_spatial_only": ("spatial_only", 4, 5), "confiner_temporal_only": ("temporal_only", 4, 5),
+                  "confiner_naive_alternation": ("naive_alternation", 4, 5)}[mode]
+            g = cf.confiner(z, ex["control"], ex["spatial"], ex["temporal"], kw[1], kw[2], 100, kw[0], seed=seed + i0)
+        vids.append(g.video.clamp(-1, 1))
+        secs.append(g.seconds / b)
+        nfe = g.nfe
+    return torch.cat(vids), nfe, secs
+
+
+def score(v: torch.Tensor, enc, real_feats: np.ndarray, real_frames: torch.Tensor, seed: int) -> dict:
+    feats = metrics.features(enc, v)
+    fl = feats.numpy()
+    rng = np.random.default_rng(seed)
+    fd = metrics.frechet_distance(fl.reshape(-1, fl.shape[-1]), real_feats)
+    boots = [metrics.frechet_distance(fl[rng.integers(0, len(fl), len(fl))].reshape(-1, fl.shape[-1]), real_feats) for _ in range(200)]
+    psnr, ssim = metrics.nearest_psnr_ssim(v, real_frames)
+    return {
+        "frame_quality": {"mean": fd, "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))], "n": len(fl),
+                          "what": "Frechet distance to held-out test frames (encoder features), bootstrap over videos"},
+        "psnr_nn": metrics.mean_ci(psnr.numpy()), "ssim_nn": metrics.mean_ci(ssim.numpy()),
+        "subject_consistency": metrics.mean_ci(metrics.subject_consistency(feats).numpy()),
+        "motion_smoothness": metrics.mean_ci(metrics.motion_smoothness(v).numpy()),
+    }
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--videos", type=int, default=64)
+    p.add_argument("--modes", nargs="*", default=MODES, choices=MODES)
+    p.add_argument("--long-videos", type=int, default=8)
+    p.add_argument("--no-long", action="store_true")
+    p.add_argument("--only-long", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    out = Path(a.out)
+    doc = json.loads(out.read_text()) if out.exists() else {"results": [], "long": []}
+    torch.manual_seed(0)
+    enc = metrics.train_encoder(datasets.frames("train", SIZE), seed=0)
+    real_frames = datasets.frames("test", SIZE)
+    real_feats = metrics.features(enc, real_frames[:, 0].unsqueeze(0)).numpy()[0]
+    ex = {k: load_expert(k) for k in ("control", "spatial", "temporal")}
+    for mode in ([] if a.only_long else a.modes):
+        v, nfe, secs = generate(mode, ex, a.videos, a.seed)
+        row = {"mode": mode, "videos": int(v.shape[0]), "nfe": {"mean": nfe, "ci95": [nfe, nfe], "n": int(v.shape[0])},
+               "s_per_video": metrics.mean_ci(secs), **score(v, enc, real_feats, real_frames, a.seed)}
+        doc["results"] = [r for r in doc["results"] if r["mode"] != mode] + [row]
+        print(json.dumps({"mode": mode, "fd": round(row["frame_quality"]["mean"], 3),
+                          "sc": round(row["subject_consistency"]["mean"], 4), "ms": round(row["motion_smoothness"]["mean"], 4),
+                          "nfe": nfe, "s": round(row["s_per_video"]["mean"], 3)}), flush=True)
+        out.write_text(json.dumps(doc, indent=1))
+    if not a.no_long:
+        for name, (ci, cg, st) in tqdm(LONG.items(), desc="long"):
+            flick, sc, secs = [], [], []
+            for i in range(a.long_videos):
+                g = cf.confiner_long(64, ex["control"], ex["spatial"], ex["temporal"], FRAMES, SIZE, seed=a.seed + i,
+                                     consistency_init=ci, coherence_guidance=cg, staggered=st)
+                f = metrics.features(enc, g.video.clamp(-1, 1))
+                flick.append(float(metrics.seam_flicker(f, FRAMES)[0]))
+                sc.append(float(metrics.subject_consistency(f)[0]))
+                secs.append(g.seconds)
+            row = {"config": name, "consistency_init": ci, "coherence_guidance": cg, "staggered": st, "frames": 64,
+                   "videos": a.long_videos, "nfe": g.nfe, "seam_flicker": metrics.mean_ci(flick),
+                   "subject_consistency_64": metrics.mean_ci(sc), "s_per_video": metrics.mean_ci(secs)}
+            doc["long"] = [r for r in doc["long"] if r["config"] != name] + [row]
+            print(json.dumps({"long": name, "flicker": round(row["seam_flicker"]["mean"], 3), "nfe": g.nfe}), flush=True)
+            out.write_text(json.dumps(doc, indent=1))
+    doc["setup"] = {"frames": FRAMES, "size": SIZE, "videos_per_mode": a.videos, "seed": a.seed, "t_e": 100,
+                    "encoder": "FrameEncoder autoencoder, 1500 steps on the training frames, seed 0",
+                    "conditioning": "unconditional (no text encoder offline)",
+                    "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1,
+                                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
+                    "command": "python -m benchmarks.video " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
