@@ -1,0 +1,229 @@
+"""Downstream tracing, the independent-support check and the rollback planner.
+
+Given the typed graph of a failed run (:func:`lab.provenance.repair.graph.build_graph`) and the diagnosed faulty
+memory ids, :func:`plan_repair` decides for every affected node what to do and why:
+
+1. **Tracing** (stage 2): in trace order, a step is *tainted* when it cites an invalid record; each record it
+   produced is a candidate.
+2. **Independent-support check** (stage 3): a candidate is *preserved* when an earlier record that is not
+   invalid or affected, still active and trusted (``trust >= rules.trust_min``) supports it; otherwise it is
+   invalid and taints its own readers. ``rules.support`` selects the check:
+
+   ``"any"``    (paper-faithful) any such supporting record is enough;
+   ``"typed"``  (ours) every value the candidate took from an invalid input must be stated by such a record
+                **in a field of the same name** (``payment_id`` for ``payment_id``): a number that merely equals
+                an unrelated field's value (a price equal to a bag count, a date shared by two flights) is not
+                independent evidence for it;
+   ``"none"``   no check (the ablation): every candidate is invalid.
+3. **Planner** (stage 4): memory ops ``quarantine`` (a poisoned fault: kept for audit, never read), ``delete``
+   (a misattributed fault: it is about someone else), ``deactivate`` (stale faults and invalid descendants),
+   ``preserve`` (with the support path that kept it), ``reinstate`` (a record the fault had superseded);
+   claims are ``invalidated`` or ``preserved``; the replay set is chosen by ``rules.replay``:
+
+   ``"selective"`` the tainted steps the answer or an invalid side effect depends on, their prerequisites (the latest writer of a key a
+                   replayed step reads that no longer resolves), and the answer (always regenerated);
+   ``"selective+memory"`` (ours) also the tainted steps whose invalid memory a later session would read
+                   (written memory that is not a dead end), so the store holds a re-derived value instead of a hole;
+   ``"suffix"``    every step from the first tainted one (the no-selective-replay ablation);
+   ``"all"``       every step (full replay).
+
+(Dependency-guided rollback repair, arXiv 2608.10502, stages 2-4.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from lab.provenance.errors import RepairError
+from lab.provenance.repair.graph import leaves, step_node
+from lab.provenance.repair.runner import Program, Trace
+
+__all__ = ["PlannerRules", "PAPER", "PlanEntry", "Plan", "plan_repair", "FAULT_OPS"]
+
+#: The memory op for a diagnosed fault, by failure type.
+FAULT_OPS = {"poisoned": "quarantine", "misattributed": "delete", "stale": "deactivate", "derived": "deactivate"}
+
+
+class PlannerRules(BaseModel):
+    """The planner's rules (module docstring); chosen on a validation split, never on the test cases."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    support: Literal["any", "typed", "none"] = "typed"
+    replay: Literal["selective", "selective+memory", "suffix", "all"] = "selective+memory"
+    trust_min: float = Field(0.9, ge=0.0, le=1.0)
+
+
+#: The paper-faithful planner: any trusted independent support path preserves; selective replay.
+PAPER = PlannerRules(support="any", replay="selective", trust_min=0.9)
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """What the plan does with one node: ``op`` (``quarantine``/``delete``/``deactivate``/``preserve``/
+    ``reinstate``/``invalidate``/``replay``), ``why``, and for a preserved node its ``support`` path
+    (``[supporter id, node id]``) and the matched ``token``."""
+
+    node: str
+    type: str
+    op: str
+    why: str
+    support: tuple[str, ...] = ()
+    token: str = ""
+
+
+@dataclass
+class Plan:
+    """A repair plan: ``entries`` by node id, ``invalid`` (record ids), ``tainted`` (step ids), ``replay``
+    (step spec ids, in trace order), ``rules``."""
+
+    rules: PlannerRules
+    faulty: dict[str, str]
+    entries: dict[str, PlanEntry] = field(default_factory=dict)
+    invalid: set[str] = field(default_factory=set)
+    tainted: list[str] = field(default_factory=list)
+    replay: list[str] = field(default_factory=list)
+
+    def ops(self, op: str) -> list[str]:
+        return [n for n, e in self.entries.items() if e.op == op]
+
+
+def _trusted(g: nx.MultiDiGraph, node: str, rules: PlannerRules) -> bool:
+    d = g.nodes[node]
+    if d["type"] == "memory" and d["status"] != "active" and d["status"] != "superseded":
+        return False
+    return d.get("trust", 1.0) >= rules.trust_min
+
+
+def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str]], blocked: set[str], rules: PlannerRules) -> tuple[str, str] | None:
+    """The supporter and token that preserve ``node``, or ``None``."""
+    edges = [(u, d) for u, _, d in g.in_edges(node, data=True) if d["kind"] == "support" and u not in blocked and _trusted(g, u, rules)]
+    if rules.support == "none" or not edges:
+        return None
+    if rules.support == "any":
+        u, d = edges[0]
+        return u, d["token"]
+    if not bad_values:
+        return None
+    found = None
+    for f, tok in bad_values:
+        hit = next(((u, d) for u, d in edges if d["token"] == tok and d["field"] == f), None)
+        if hit is None:
+            return None
+        found = found or (hit[0], tok)
+    return found
+
+
+def plan_repair(program: Program, trace: Trace, g: nx.MultiDiGraph, faulty: dict[str, str], rules: PlannerRules = PlannerRules()) -> Plan:
+    """Plan the repair of ``trace`` given the diagnosed ``faulty`` memory ids (``{id: failure type}``).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    RepairError
+        A faulty id that is not a memory record of the graph (``step`` names it), or an unknown failure type.
+    """
+    for fid, kind in faulty.items():
+        if fid not in g or g.nodes[fid].get("type") != "memory":
+            raise RepairError(f"run {trace.run}: faulty id {fid!r} is not a memory record of the run's graph", step=fid)
+        if kind not in FAULT_OPS:
+            raise RepairError(f"run {trace.run}: faulty id {fid!r} has unknown failure type {kind!r}; one of {sorted(FAULT_OPS)}", step=fid)
+    plan = Plan(rules, dict(faulty))
+    invalid = set(faulty)
+    blocked = set(faulty)  # invalid or affected: never independent support
+    for fid, kind in faulty.items():
+        plan.entries[fid] = PlanEntry(fid, "memory", FAULT_OPS[kind], f"diagnosed {kind}")
+    for s in trace.steps:
+        sid = step_node(trace.run, s.step, s.generation)
+        bad_reads = [r for r in s.reads if r in invalid]
+        if not bad_reads:
+            continue
+        plan.tainted.append(s.step)
+        bad_values = [(g.nodes[r]["field"], t) for r in bad_reads if g.nodes[r]["type"] == "memory" for _, t in leaves(g.nodes[r]["value"], g.nodes[r]["field"])]
+        for p in s.produces:
+            blocked.add(p)
+        for p in s.produces:
+            kind = g.nodes[p]["type"]
+            own = [(g.nodes[p].get("field", ""), t) for _, t in leaves(g.nodes[p].get("value"), g.nodes[p].get("field", ""))] if kind == "memory" else []
+            sup = None if kind in ("answer", "effect", "source") else _support(g, p, bad_values if kind == "claim" else own, blocked, rules)
+            if sup is not None:
+                plan.entries[p] = PlanEntry(p, kind, "preserve", f"independent support from {sup[0]} ({sup[1]})", (sup[0], p), sup[1])
+                continue
+            invalid.add(p)
+            op = "deactivate" if kind == "memory" else "invalidate"
+            plan.entries[p] = PlanEntry(p, kind, op, f"{sid} read {', '.join(bad_reads)}")
+    for new, old, d in g.edges(data=True):
+        if d["kind"] == "supersede" and new in invalid and old not in invalid and g.nodes[old]["status"] == "superseded":
+            plan.entries.setdefault(old, PlanEntry(old, "memory", "reinstate", f"superseded by invalid {new}"))
+    plan.invalid = invalid
+    plan.replay = _replay_set(program, trace, g, plan, rules)
+    for st in plan.replay:
+        plan.entries.setdefault(step_node(trace.run, st), PlanEntry(step_node(trace.run, st), "step", "replay", "tainted and answer-relevant" if st in plan.tainted else "prerequisite or answer"))
+    return plan
+
+
+def _replay_set(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Plan, rules: PlannerRules) -> list[str]:
+    order = [s.id for s in program.steps]
+    answer = [s.id for s in program.steps if s.kind == "answer"]
+    if rules.replay == "all":
+        return order
+    tainted = set(plan.tainted)
+    if rules.replay == "suffix":
+        first = min((order.index(t) for t in tainted), default=len(order))
+        return order[first:] if tainted else answer
+    # answer relevance: steps whose products reach the answer through cite/produce
+    dep = nx.DiGraph()
+    for s in trace.steps:
+        for r in s.reads:
+            dep.add_edge(r, s.step)
+        for r in s.produces:
+            dep.add_edge(s.step, r)
+    relevant: set[str] = set()
+    for a in answer:
+        if a in dep:
+            relevant |= {n for n in nx.ancestors(dep, a)} | {a}
+    # an invalid side effect is an outcome of the run as much as the answer: its action is replayed (after
+    # its compensation) and is itself a relevance target
+    actions = {s.step for s in trace.steps if s.kind == "action" and s.step in tainted}
+    for a in actions:
+        relevant |= set(nx.ancestors(dep, a)) | {a}
+    chosen = {t for t in tainted if t in relevant} | set(answer)
+    if rules.replay == "selective+memory":
+        for s in trace.steps:
+            if s.step in tainted and any(p in plan.invalid and g.nodes[p]["type"] == "memory" for p in s.produces):
+                chosen.add(s.step)
+    # prerequisites: a chosen step reading a key whose every writer's record is invalid needs its latest writer
+    writers: dict[str, list[str]] = {}
+    for spec in program.steps:
+        for k in spec.keys_written():
+            writers.setdefault(k, []).append(spec.id)
+    reinstated = set(plan.ops("reinstate"))
+    still = {d["key"] for n, d in g.nodes(data=True) if d["type"] == "memory" and n not in plan.invalid and (d["status"] == "active" or n in reinstated)}
+    removed_keys = {g.nodes[r]["key"] for r in plan.invalid if g.nodes[r]["type"] == "memory"} - still
+    changed = True
+    while changed:
+        changed = False
+        for st in sorted(chosen, key=order.index):
+            for k in program.step(st).keys_read():
+                if k in removed_keys:
+                    prior = [w for w in writers.get(k, []) if order.index(w) < order.index(st)]
+                    if prior and prior[-1] not in chosen and _needs(prior[-1], k, trace, g, plan):
+                        chosen.add(prior[-1])
+                        changed = True
+    return [s for s in order if s in chosen]
+
+
+def _needs(writer: str, key: str, trace: Trace, g: nx.MultiDiGraph, plan: Plan) -> bool:
+    """Whether ``writer``'s record of ``key`` is gone (invalid, or never written: a skipped cached lookup)."""
+    rec = next((s for s in trace.steps if s.step == writer), None)
+    if rec is None:
+        return True
+    mine = [p for p in rec.produces if g.nodes[p].get("key") == key]
+    return not mine or all(p in plan.invalid for p in mine)
