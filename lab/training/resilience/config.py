@@ -73,6 +73,9 @@ class ResilienceConfig(BaseModel):
     faults : list of FaultPlan
     step_delay_s : float
         Sleep after each step (demos: slows a tiny run down enough to watch it).
+    replenish : bool
+        Start a new idle spare each time one takes a rank (a cluster's spare pool; the benchmark's
+        repeated kills in one run). Off by default: ``spares`` is then the hard limit.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -102,6 +105,7 @@ class ResilienceConfig(BaseModel):
     grad_buckets: int = Field(default=4, ge=1)
     faults: list[FaultPlan] = Field(default_factory=list)
     step_delay_s: float = Field(default=0.0, ge=0)
+    replenish: bool = False
 
     @model_validator(mode="after")
     def _faults_in_range(self) -> ResilienceConfig:

@@ -177,16 +177,10 @@ class ResilientRun:
     # ------------------------------------------------------------------ public
     def start(self) -> ResilientRun:
         """Spawn the workers and the spares and start supervising in a background thread."""
-        from lab.training.resilience.worker import worker_main
-
         Path(self.cfg.run_dir).mkdir(parents=True, exist_ok=True)
-        ctx = _context()
-        cfg_json = self.cfg.model_dump_json()
         for w in range(self.cfg.workers + self.cfg.spares):
-            p = ctx.Process(target=worker_main, args=(cfg_json, w, self.port), name=f"resilience-w{w}", daemon=True)
-            p.start()
-            self.procs[w] = p
-        self._event(KIND_FAILURE if False else "train.resilience", {
+            self._spawn(w)
+        self._event("train.resilience", {
             "workers": self.cfg.workers, "spares": self.spares, "members": self.members,
             "pids": {w: p.pid for w, p in self.procs.items()}})
         self._post_plan(0, {"restore": "fresh", "generation": 0, "new_ranks": [], "src": 0})
@@ -249,6 +243,14 @@ class ResilientRun:
             self._log = None
 
     # ------------------------------------------------------------------ internals
+    def _spawn(self, w: int) -> None:
+        from lab.training.resilience.worker import worker_main
+
+        p = _context().Process(target=worker_main, args=(self.cfg.model_dump_json(), w, self.port), name=f"resilience-w{w}",
+                               daemon=True)
+        p.start()
+        self.procs[w] = p
+
     def _event(self, kind: str, payload: dict) -> None:
         if self._log is not None:
             self._log.append("coordinator", kind, self.cfg.resolved_run_id, payload)
@@ -356,6 +358,9 @@ class ResilientRun:
                 rec.replacement, rec.replacement_pid = spare, self.procs[spare].pid
                 self.members[rec.rank] = spare
                 new_ranks.append(rec.rank)
+                if cfg.replenish:
+                    self._spawn(max(self.procs) + 1)
+                    self.spares.append(max(self.procs))
             # ---- the resume point
             survivors = {r: w for r, w in members.items() if w not in failed}
             plan = self._choose_generation(survivors, reports, new_ranks, records)
