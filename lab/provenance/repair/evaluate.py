@@ -104,8 +104,7 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
             kept += active.get(r.key) == r.value
     must = {k for k, v in _claims(failed.trace).items() if _claims(oracle.trace).get(k) != v}
     if res.plan is not None:
-        pred = {e.node.split("/")[-2] if False else _step_of(e.node, failed.trace) for e in res.plan.entries.values() if e.type == "claim" and e.op == "invalidate"}
-        pred |= {st for st in res.replayed if case.program.step(st).kind == "claim"}
+        pred = {_step_of(e.node, failed.trace) for e in res.plan.entries.values() if e.type == "claim" and e.op == "invalidate"}
     else:
         pred = {st for st in res.replayed if case.program.step(st).kind == "claim"}
     removed = sum(store.get(f).status != "active" for f in case.faulty) / max(1, len(case.faulty))

@@ -14,8 +14,9 @@ kind         src -> dst              from
 ``supersede`` memory -> memory       the new record superseded the old one
 ``derive``   memory -> record        a memory written from a tool result, or derived from the records its step read
 ``support``  record -> memory/claim  an earlier record (not the one it was written from) states the same value;
-                                     ``token`` and the supporter's ``field`` are kept (the independent-support check
-                                     decides whether the support counts)
+                                     ``token``, the supporter's ``field`` and the ``target_field`` /
+                                     ``target_entity`` it backs are kept (the independent-support check decides
+                                     whether the support counts)
 ============ ======================= ==========================================================================
 
 (Dependency-guided rollback repair, arXiv 2608.10502, stage 1: edges cite, support, produce, update, derive,
@@ -73,14 +74,15 @@ def build_graph(trace: Trace, store: MemoryStore) -> nx.MultiDiGraph:
     networkx.MultiDiGraph
         Node attributes: ``type`` (``step``/``source``/``claim``/``answer``/``effect``/``memory``), ``time``,
         ``kind`` and ``spec`` for steps, ``key``, ``value``, ``status``, ``trust``, ``session`` for memory,
-        ``content``, ``trust`` for trace records. Edge attribute ``kind`` (and ``token``, ``field`` on support).
+        ``content``, ``trust`` for trace records; ``entities`` (what a record is about: a memory's key prefix,
+        the key prefixes its step wrote for a tool result). Edge attribute ``kind`` (and ``token``, ``field`` on support).
     """
     g = nx.MultiDiGraph(run=trace.run)
     mem = {r.id: r for r in store.records()}
     for r in mem.values():
         g.add_node(r.id, type="memory", time=r.time, key=r.key, field=r.field, value=r.value, status=r.status, trust=r.trust, session=r.session, step=r.step)
     for r in trace.records.values():
-        g.add_node(r.id, type=r.type, time=r.time, content=r.content, trust=r.trust, step=r.step)
+        g.add_node(r.id, type=r.type, time=r.time, content=r.content, trust=r.trust, step=r.step, call=r.call)
     for s in trace.steps:
         sid = step_node(trace.run, s.step, s.generation)
         g.add_node(sid, type="step", kind=s.kind, spec=s.step, time=s.time, generation=s.generation, skipped=s.skipped)
@@ -99,6 +101,13 @@ def build_graph(trace: Trace, store: MemoryStore) -> nx.MultiDiGraph:
         for m in made_mem:
             for src in own + s.reads:
                 g.add_edge(m, src, kind="derive")
+    for s in trace.steps:  # what a tool result is about: the entities of the keys its step wrote
+        ents = {mem[p].key.split("/", 1)[0] for p in s.produces if p in mem}
+        for p in s.produces:
+            if p not in mem:
+                g.nodes[p]["entities"] = sorted(ents)
+    for r in mem.values():
+        g.nodes[r.id]["entities"] = [r.key.split("/", 1)[0]]
     _support(g, trace, mem)
     dep = nx.DiGraph([(u, v) for u, v, k in g.edges(data="kind") if k in DEPENDENCY])
     try:
@@ -122,18 +131,18 @@ def _support(g: nx.MultiDiGraph, trace: Trace, mem: dict) -> None:
     for s in trace.steps:
         for p in s.produces:
             own_source[p] = set(s.produces) | set(s.reads)
-    targets = [(m.id, m.time, [(m.field, t) for _, t in leaves(m.value, m.field)]) for m in mem.values()]
+    targets = [(m.id, m.time, [(m.field, t, m.key.split("/", 1)[0]) for _, t in leaves(m.value, m.field)]) for m in mem.values()]
     for s in trace.steps:
         if s.kind == "claim":
             for p in s.produces:
                 toks = []
                 for rid in s.reads:
                     if rid in mem:
-                        toks += [(mem[rid].field, t) for _, t in leaves(mem[rid].value, mem[rid].field)]
+                        toks += [(mem[rid].field, t, mem[rid].key.split("/", 1)[0]) for _, t in leaves(mem[rid].value, mem[rid].field)]
                 targets.append((p, s.time, toks))
     for rid, time, toks in targets:
         exclude = own_source.get(rid, set()) | {rid}
-        for field, tok in toks:
+        for field, tok, ent in toks:
             for sup, sfield, stime in index.get(tok, ()):
                 if sup not in exclude and stime < time:
-                    g.add_edge(sup, rid, kind="support", token=tok, field=sfield, target_field=field)
+                    g.add_edge(sup, rid, kind="support", token=tok, field=sfield, target_field=field, target_entity=ent)

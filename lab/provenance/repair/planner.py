@@ -10,10 +10,12 @@ memory ids, :func:`plan_repair` decides for every affected node what to do and w
    invalid and taints its own readers. ``rules.support`` selects the check:
 
    ``"any"``    (paper-faithful) any such supporting record is enough;
-   ``"typed"``  (ours) every value the candidate took from an invalid input must be stated by such a record
-                **in a field of the same name** (``payment_id`` for ``payment_id``): a number that merely equals
-                an unrelated field's value (a price equal to a bag count, a date shared by two flights) is not
-                independent evidence for it;
+   ``"field"``  every value the candidate took from an invalid input must be stated by such a record **in a
+                field of the same name** (``payment_id`` for ``payment_id``): a number that merely equals an
+                unrelated field's value (a price equal to an order total) is not independent evidence for it;
+   ``"typed"``  (ours) as ``"field"``, and the supporter must be **about the same entity** (the key's prefix,
+                ``user:mia_li_3668``): another customer's reservation paid with the same card says nothing
+                about which card this customer has;
    ``"none"``   no check (the ablation): every candidate is invalid.
 3. **Planner** (stage 4): memory ops ``quarantine`` (a poisoned fault: kept for audit, never read), ``delete``
    (a misattributed fault: it is about someone else), ``deactivate`` (stale faults and invalid descendants),
@@ -26,6 +28,11 @@ memory ids, :func:`plan_repair` decides for every affected node what to do and w
                    (written memory that is not a dead end), so the store holds a re-derived value instead of a hole;
    ``"suffix"``    every step from the first tainted one (the no-selective-replay ablation);
    ``"all"``       every step (full replay).
+
+   Two more rules of ours: ``expand`` adds to a *poisoned* diagnosis the other memory records written from an
+   identical tool result (same call, same content: the same planted post read twice in a session), which the
+   diagnosis names once; ``confirm`` keeps a replayed record or claim whose re-derived value is identical
+   (``preserve``, "re-derived identical"), so only what actually changed counts as invalidated.
 
 (Dependency-guided rollback repair, arXiv 2608.10502, stages 2-4.)
 """
@@ -53,13 +60,15 @@ class PlannerRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    support: Literal["any", "typed", "none"] = "typed"
+    support: Literal["any", "field", "typed", "none"] = "typed"
     replay: Literal["selective", "selective+memory", "suffix", "all"] = "selective+memory"
     trust_min: float = Field(0.9, ge=0.0, le=1.0)
+    expand: bool = True
+    confirm: bool = True
 
 
 #: The paper-faithful planner: any trusted independent support path preserves; selective replay.
-PAPER = PlannerRules(support="any", replay="selective", trust_min=0.9)
+PAPER = PlannerRules(support="any", replay="selective", trust_min=0.9, expand=False, confirm=False)
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,7 @@ def _trusted(g: nx.MultiDiGraph, node: str, rules: PlannerRules) -> bool:
     return d.get("trust", 1.0) >= rules.trust_min
 
 
-def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str]], blocked: set[str], rules: PlannerRules) -> tuple[str, str] | None:
+def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str, str]], blocked: set[str], rules: PlannerRules) -> tuple[str, str] | None:
     """The supporter and token that preserve ``node``, or ``None``."""
     edges = [(u, d) for u, _, d in g.in_edges(node, data=True) if d["kind"] == "support" and u not in blocked and _trusted(g, u, rules)]
     if rules.support == "none" or not edges:
@@ -110,8 +119,8 @@ def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str]], b
     if not bad_values:
         return None
     found = None
-    for f, tok in bad_values:
-        hit = next(((u, d) for u, d in edges if d["token"] == tok and d["field"] == f), None)
+    for f, tok, ent in bad_values:
+        hit = next(((u, d) for u, d in edges if d["token"] == tok and d["field"] == f and (rules.support == "field" or ent in g.nodes[u].get("entities", ()))), None)
         if hit is None:
             return None
         found = found or (hit[0], tok)
@@ -130,28 +139,42 @@ def plan_repair(program: Program, trace: Trace, g: nx.MultiDiGraph, faulty: dict
     RepairError
         A faulty id that is not a memory record of the graph (``step`` names it), or an unknown failure type.
     """
+    plan_input = set(faulty)
     for fid, kind in faulty.items():
         if fid not in g or g.nodes[fid].get("type") != "memory":
             raise RepairError(f"run {trace.run}: faulty id {fid!r} is not a memory record of the run's graph", step=fid)
         if kind not in FAULT_OPS:
             raise RepairError(f"run {trace.run}: faulty id {fid!r} has unknown failure type {kind!r}; one of {sorted(FAULT_OPS)}", step=fid)
-    plan = Plan(rules, dict(faulty))
+    faulty = dict(faulty)
+    if rules.expand:
+        for fid, kind in list(faulty.items()):
+            if kind != "poisoned":
+                continue
+            srcs = [v for _, v, d in g.out_edges(fid, data=True) if d["kind"] == "derive" and g.nodes[v]["type"] == "source"]
+            for src in srcs:
+                for n, d in g.nodes(data=True):
+                    if d["type"] == "source" and n != src and d.get("call") == g.nodes[src].get("call") and d.get("content") == g.nodes[src].get("content"):
+                        for m, _, e in g.in_edges(n, data=True):
+                            if e["kind"] == "derive" and g.nodes[m]["type"] == "memory" and g.nodes[m]["key"] == g.nodes[fid]["key"] and m not in faulty:
+                                faulty[m] = kind
+    plan = Plan(rules, faulty)
     invalid = set(faulty)
     blocked = set(faulty)  # invalid or affected: never independent support
     for fid, kind in faulty.items():
-        plan.entries[fid] = PlanEntry(fid, "memory", FAULT_OPS[kind], f"diagnosed {kind}")
+        why = f"diagnosed {kind}" if fid in plan_input else f"{kind}: written from the same tool result as a diagnosed record"
+        plan.entries[fid] = PlanEntry(fid, "memory", FAULT_OPS[kind], why)
     for s in trace.steps:
         sid = step_node(trace.run, s.step, s.generation)
         bad_reads = [r for r in s.reads if r in invalid]
         if not bad_reads:
             continue
         plan.tainted.append(s.step)
-        bad_values = [(g.nodes[r]["field"], t) for r in bad_reads if g.nodes[r]["type"] == "memory" for _, t in leaves(g.nodes[r]["value"], g.nodes[r]["field"])]
+        bad_values = [(g.nodes[r]["field"], t, g.nodes[r]["key"].split("/", 1)[0]) for r in bad_reads if g.nodes[r]["type"] == "memory" for _, t in leaves(g.nodes[r]["value"], g.nodes[r]["field"])]
         for p in s.produces:
             blocked.add(p)
         for p in s.produces:
             kind = g.nodes[p]["type"]
-            own = [(g.nodes[p].get("field", ""), t) for _, t in leaves(g.nodes[p].get("value"), g.nodes[p].get("field", ""))] if kind == "memory" else []
+            own = [(g.nodes[p]["field"], t, g.nodes[p]["key"].split("/", 1)[0]) for _, t in leaves(g.nodes[p]["value"], g.nodes[p]["field"])] if kind == "memory" else []
             sup = None if kind in ("answer", "effect", "source") else _support(g, p, bad_values if kind == "claim" else own, blocked, rules)
             if sup is not None:
                 plan.entries[p] = PlanEntry(p, kind, "preserve", f"independent support from {sup[0]} ({sup[1]})", (sup[0], p), sup[1])
@@ -174,7 +197,9 @@ def _replay_set(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Plan, 
     answer = [s.id for s in program.steps if s.kind == "answer"]
     if rules.replay == "all":
         return order
-    tainted = set(plan.tainted)
+    # a tainted step needs re-running only when something it produced is invalid (a cached lookup that produced
+    # nothing re-reads); a step whose every product was preserved keeps its outputs
+    tainted = {s.step for s in trace.steps if s.step in plan.tainted and (not s.produces or any(p in plan.invalid for p in s.produces))}
     if rules.replay == "suffix":
         first = min((order.index(t) for t in tainted), default=len(order))
         return order[first:] if tainted else answer

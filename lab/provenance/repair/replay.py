@@ -71,29 +71,54 @@ def _readmit(store: MemoryStore, produced: list[str], blocked: set[tuple[str, st
                     store.set_status(x.id, "active", f"reinstated: {p} was quarantined")
 
 
+def _confirm(trace: Trace, store: MemoryStore, plan: Plan, old: list, rec) -> None:
+    """A replayed product identical to what the step produced before: keep the old one (``preserve``)."""
+    before = [p for s in old for p in s.produces]
+    for p in rec.produces:
+        if p in store:
+            new = store.get(p)
+            for q in before:
+                if q in store and q in plan.invalid and store.get(q).key == new.key and store.get(q).value == new.value and new.status == "active":
+                    store.set_status(p, "deactivated", f"identical to {q}")
+                    store.set_status(q, "active", "re-derived identical in replay: kept")
+                    plan.entries[q] = PlanEntry(q, "memory", "preserve", "re-derived identical in replay")
+        elif p in trace.records and trace.records[p].type == "claim":
+            for q in before:
+                if q in trace.records and trace.records[q].type == "claim" and trace.records[q].content == trace.records[p].content and q in plan.invalid:
+                    plan.entries[q] = PlanEntry(q, "claim", "preserve", "re-derived identical in replay")
+
+
 def _replay(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, steps: list[str], plan: Plan | None, result: RepairResult) -> None:
     blocked = _blocked(store)
     gen = 1 + max((s.generation for s in trace.steps), default=0)
     times = {s.step: s.time for s in trace.steps if s.generation == 0}
+    recorded = {r.call: r.content for r in trace.records.values() if r.type == "source" and r.call}
+    # undo the effects of the actions to be replayed first, newest first, so no replayed step sees them
+    stuck: set[str] = set()
+    effects = {old.produces[0]: old.step for old in trace.steps if old.step in steps and old.kind == "action" and old.produces}
+    for e in reversed(list(env.journal)):
+        if e.id in effects:
+            try:
+                env.compensate(e.id)
+            except IrreversibleEffectError:
+                st = effects[e.id]
+                stuck.add(st)
+                result.irreversible.append(e.id)
+                if plan is not None:
+                    plan.entries[step_node(trace.run, st)] = PlanEntry(step_node(trace.run, st), "step", "irreversible", f"{e.id} ({e.tool}) has no compensation: left in place, reported")
     for st in steps:
         spec = program.step(st)
         old = [s for s in trace.steps if s.step == st]
-        if spec.kind == "action" and old:
-            eff = old[-1].produces[0] if old[-1].produces else None
-            try:
-                if eff is not None and any(e.id == eff for e in env.journal):
-                    env.compensate(eff)
-            except IrreversibleEffectError:
-                result.irreversible.append(eff)
-                if plan is not None:
-                    plan.entries[step_node(trace.run, st)] = PlanEntry(step_node(trace.run, st), "step", "irreversible", f"{eff} ({spec.tool}) has no compensation: left in place, reported")
-                continue
+        if st in stuck:
+            continue
         for s in old:
             for p in s.produces:
                 if p in store and store.get(p).status in ("active", "superseded"):
                     store.set_status(p, "deactivated", f"replaced by the replay of {st}")
-        rec = execute_step(spec, env, store, trace, time=times.get(st, len(trace.steps)), generation=gen)
+        rec = execute_step(spec, env, store, trace, time=times.get(st, len(trace.steps)), generation=gen, keep_equal=True, recorded=recorded)
         _readmit(store, rec.produces, blocked)
+        if plan is not None and plan.rules.confirm:
+            _confirm(trace, store, plan, old, rec)
         result.replayed.append(st)
         result.replay_steps += 1
 
@@ -189,8 +214,9 @@ def run_baseline(name: str, program: Program, trace: Trace, store: MemoryStore, 
         gen = 1
         times = {s.step: s.time for s in trace.steps}
         blocked = _blocked(store)
+        recorded = {r.call: r.content for r in trace.records.values() if r.type == "source" and r.call}
         for st in steps:
-            rec = execute_step(program.step(st), env, store, repaired, time=times.get(st, 0), generation=gen)
+            rec = execute_step(program.step(st), env, store, repaired, time=times.get(st, 0), generation=gen, keep_equal=True, recorded=recorded)
             _readmit(store, rec.produces, blocked)
             result.replayed.append(st)
         result.replay_steps = len(steps)

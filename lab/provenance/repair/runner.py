@@ -88,7 +88,8 @@ class Program:
 
 @dataclass(frozen=True)
 class Record:
-    """A non-memory record of a trace: ``type`` ``source`` (a tool result), ``claim``, ``answer`` or ``effect``."""
+    """A non-memory record of a trace: ``type`` ``source`` (a tool result; ``call``: the tool call that returned
+    it), ``claim``, ``answer`` or ``effect``."""
 
     id: str
     type: str
@@ -96,6 +97,7 @@ class Record:
     step: str
     time: int
     trust: float = 1.0
+    call: str = ""
 
 
 @dataclass
@@ -196,11 +198,17 @@ def _text(template: str, values: list[Any]) -> str:
     return template.format(*[v if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True) for v in values])
 
 
-def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace, *, time: int, generation: int = 0, context: dict[str, tuple[str, Any]] | None = None) -> StepRecord:
+def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace, *, time: int, generation: int = 0, context: dict[str, tuple[str, Any]] | None = None, keep_equal: bool = False, recorded: dict[str, Any] | None = None) -> StepRecord:
     """Execute one step against ``env`` and ``store``, append its :class:`StepRecord` to ``trace``, return it.
 
     ``context`` (replay only): ``{key: (record id, value)}`` to use instead of resolving those keys (the
     paper's *fixed context* of safe prior outputs). Record ids made in replay carry ``@r<generation>``.
+    ``keep_equal`` (replay): a memory write whose value equals the active record of its key writes nothing and
+    cites that record (a re-read of unchanged state keeps the benign record instead of replacing it).
+    ``recorded`` (replay): ``{call: result}`` of the failed run's tool results; a read whose call (tool and
+    resolved arguments) is among them reuses that result instead of re-reading the live environment, which
+    by then also holds the effects of later steps (a re-read of a reservation after its own bag update would
+    count the bag twice).
 
     Raises
     ------
@@ -237,15 +245,20 @@ def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace,
             rec.output = {k: store.resolve(k).value for k, _ in spec.writes}
         else:
             tool = env.tool(spec.tool)
-            result = env.call(spec.tool, _fill(spec.args or {}, values))
+            args = _fill(spec.args or {}, values)
+            call = f"{spec.tool}({json.dumps(args, sort_keys=True)})"
+            result = copy.deepcopy(recorded[call]) if recorded is not None and call in recorded else env.call(spec.tool, args)
             sid = f"{trace.run}/{spec.id}/result{sfx}"
-            trace.records[sid] = Record(sid, "source", result, spec.id, time, tool.trust)
+            trace.records[sid] = Record(sid, "source", result, spec.id, time, tool.trust, call)
             rec.produces.append(sid)
             rec.output = result
             for i, (key, path) in enumerate(spec.writes):
                 if extract(result, path) is None:  # nothing there to remember (e.g. no review for the product)
                     continue
                 old = store.resolve(key)
+                if keep_equal and old is not None and old.value == extract(result, path):
+                    rec.reads.append(old.id)
+                    continue
                 m = store.write(MemoryRecord(f"{trace.run}/{spec.id}/m{i}{sfx}", key, extract(result, path), time, tool.trust, trace.run, spec.id))
                 rec.produces.append(m.id)
                 if old is not None and m.status == "active":
