@@ -157,6 +157,7 @@ class Reason(str, Enum):
     ANCESTOR_PENDING_REVOCATION = "ancestor_pending_revocation"
     ANCESTOR_UNSTABLE = "ancestor_unstable"
     READ_WRITE_CONFLICT = "read_write_conflict"
+    STAGED_RECORD_REPAIRED = "staged_record_repaired"
     # abort of the rest of a transaction
     TRANSACTION_ABORTED = "transaction_aborted"
     # gate

@@ -792,7 +792,8 @@ class Transaction:
     def gate(self, tool: str, *, uses: Iterable[str] = (), entity: str | None = None) -> GateDecision:
         """The action gate's decision on calling ``tool`` with premises ``uses`` (record ids) about ``entity``.
 
-        A reversible tool always passes. An irreversible one is refused when (a) a ``tentative`` (or
+        A reversible tool passes unless a premise or an ancestor is inactive (quarantined, superseded, revoked)
+        or pending revocation. An irreversible one is refused when (a) a ``tentative`` (or
         ``validated``) record about an entity the call concerns exists outside this transaction's committed
         snapshot, this transaction's own staging included (commit the plan before acting); (b) the transaction is
         ``external_action`` and no premise is ``action_safe``; or (c) a premise is no longer committed
@@ -810,8 +811,10 @@ class Transaction:
         if tool not in self.store.tools:
             raise UnknownToolError(f"tool {tool!r} is not registered with the gate", field="tool")
         uses = list(uses)
-        if not self.store.tools[tool].irreversible or not self.store.features.gate:
+        if not self.store.features.gate:
             return GateDecision(True)
+        if not self.store.tools[tool].irreversible:
+            return self._reversible_gate(uses)
         reasons, detail = [], {}
         with self.db.read():
             ents = set([entity] if entity else [])
@@ -840,6 +843,23 @@ class Transaction:
                 reasons.append(Reason.PREMISE_INVALIDATED)
                 detail["invalidated"] = sorted(set(bad))
         return GateDecision(not reasons, tuple(reasons), detail)
+
+    def _reversible_gate(self, uses: list[str]) -> GateDecision:
+        """A reversible tool needs only live premises: none of them or their ancestors inactive (quarantined,
+        superseded, revoked) or pending revocation (else its action record would outlive a revoked ancestor)."""
+        if not uses:
+            return GateDecision(True)
+        with self.db.read():
+            for u in uses:
+                if not self.db.q("SELECT 1 FROM heads WHERE id = ?", (u,)):
+                    raise UnknownRecordError(f"premise {u!r} does not exist", record=u, field="uses")
+            anc = sorted(self.store._ancestors(uses))
+            marks = ",".join("?" * len(anc))
+            bad = [i for (i,) in self.db.q(f"SELECT id FROM heads WHERE id IN ({marks}) AND state IN ('quarantined', 'superseded', 'revoked')", anc)]
+            bad += [i for (i,) in self.db.q(f"SELECT id FROM pending WHERE id IN ({marks})", anc)]
+        if bad:
+            return GateDecision(False, (Reason.PREMISE_INVALIDATED,), {"invalidated": sorted(set(bad))})
+        return GateDecision(True)
 
     def call_tool(self, tool: str, args: Mapping[str, Any] | None = None, *, uses: Iterable[str] = (), entity: str | None = None) -> ToolCall:
         """Call a registered tool through the gate; when allowed, run it and write a committed ``tool_action``
@@ -884,6 +904,7 @@ class Transaction:
         """Run the validate-and-commit pipeline over the staged records, all or nothing.
 
         Per staged record, in order: (1) evidence: writer confidence >= 0.6 unless source authority >= 0.9;
+        (0) the record is still tentative (a cascade may have repaired it meanwhile: ``staged_record_repaired``);
         (2) validity: the interval contains the commit's logical time; (3) semantic conflict in the same
         entity/attribute slot among overlapping intervals with a different value: a rival committed after this
         snapshot -> ``stale_late_write`` (before any authority comparison); else higher authority supersedes the
@@ -972,6 +993,10 @@ class Transaction:
         for rid in self.staged:
             r = _record(self.db.q("SELECT body FROM records WHERE id = ?", (rid,))[0][0])
             fail = None
+            now_state = State(self.db.q("SELECT state FROM heads WHERE id = ?", (rid,))[0][0])
+            if now_state != State.TENTATIVE:  # a cascade repaired it while it was staged: the plan is void
+                outcomes.append(Outcome(rid, now_state, Reason.STAGED_RECORD_REPAIRED, "staging", {"state": now_state.value}))
+                continue
             ev = r.evidence
             if f.evidence and ev.confidence < EVIDENCE_MIN_CONFIDENCE and ev.authority < EVIDENCE_AUTHORITY_OVERRIDE:
                 fail = (Reason.EVIDENCE_INSUFFICIENT, "evidence", {"confidence": ev.confidence, "authority": ev.authority})
