@@ -394,12 +394,16 @@ class ContinuationService:
         self._available[site] = available
         return [self.log.append(site, "site.available" if available else "site.unavailable", site, {"error": error} if error else {})]
 
-    def _queried(self, site: str) -> None:
-        now = time.monotonic()
-        self._next_query[site] = now + self.site_min_interval_s
+    def _query(self, site: str, fn, *args):
+        """Run one scheduler query for ``site``; the next may start ``site_min_interval_s`` after this
+        one *ended* (so its squeue, which runs somewhere inside, is that far from the next one's)."""
         times = self.query_times.setdefault(site, [])
-        times.append(now)
+        times.append(time.monotonic())
         del times[:-10000]
+        try:
+            return fn(*args)
+        finally:
+            self._next_query[site] = time.monotonic() + self.site_min_interval_s
 
     def poll_queues(self, sites: list[str] | None = None) -> list[int]:
         """Append a ``site.queue`` event for each site (of ``sites``, default all) whose queue changed
@@ -408,10 +412,9 @@ class ContinuationService:
         for site, sched in self.schedulers.items():
             if sites is not None and site not in sites:
                 continue
-            self._queried(site)
             now = time.time()
             try:
-                q = sched.queue()
+                q = self._query(site, sched.queue)
             except SchedulerError as exc:
                 appended += self._mark(site, False, str(exc))
                 continue
@@ -451,7 +454,7 @@ class ContinuationService:
         return appended
 
     def _due(self, site: str) -> bool:
-        return time.monotonic() >= self._next_query.get(site, 0.0) - 1e-3
+        return time.monotonic() >= self._next_query.get(site, 0.0)
 
     def next_due_s(self) -> float:
         """Seconds until some site may be queried again (0 if one may be now)."""
@@ -492,8 +495,7 @@ class ContinuationService:
                     if rest:
                         statuses.update(completed(rest) if completed is not None else sched.status(rest))
                 elif self._due(site):
-                    self._queried(site)
-                    statuses = sched.status(ids)
+                    statuses = self._query(site, sched.status, ids)
                 else:
                     continue
             except SchedulerError as exc:
