@@ -7,6 +7,8 @@ import time
 import pytest
 import torch
 
+from lab.events import EventLog
+from lab.training.monitor import KIND_STATUS, KIND_SWAP, RunMonitor
 from lab.training.resilience import FaultPlan, NoSpareError, PingPong, ResilienceConfig, SnapshotError, run_resilient
 
 
@@ -58,6 +60,22 @@ def test_layout_mismatch_is_refused():
     assert pp.committed() == []
 
 
+def test_monitor_tells_a_replaced_rank_from_a_dead_one(tmp_path):
+    log = EventLog(tmp_path / "events.sqlite")
+    for run in ("swapped", "crashed"):
+        for rank, pid in ((0, 100), (1, 101)):
+            log.append(f"rank{rank}", KIND_STATUS, run, {"rank": rank, "state": "heartbeat", "step": 3, "pid": pid, "host": "h"})
+    log.append("coordinator", KIND_SWAP, "swapped", {"rank": 1, "old_worker": 1, "old_pid": 101, "new_worker": 2, "new_pid": 102,
+                                                     "generation": 3, "restore": "memory"})
+    log.close()
+    later = time.time() + 100  # every heartbeat is stale by then
+    with RunMonitor(tmp_path / "events.sqlite", heartbeat_timeout_s=30) as mon:
+        assert mon.status("swapped", now=later)["state"].tolist() == ["dead", "replaced"]
+        assert mon.status("crashed", now=later)["state"].tolist() == ["dead", "dead"]
+        assert mon.status("swapped", now=later).loc[1, "replaced_pids"] == [101]
+        assert mon.swaps("crashed").empty
+
+
 # ---------------------------------------------------------------------------------------------- real runs
 STEPS = 8
 
@@ -75,7 +93,9 @@ def reference(tmp_path_factory):
 
 
 def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
-    out = run_resilient(_cfg(tmp_path, "kill", faults=[FaultPlan(step=4, rank=1, phase="collective")]), timeout=120)
+    events = tmp_path / "events.sqlite"
+    out = run_resilient(_cfg(tmp_path, "kill", events_path=events, faults=[FaultPlan(step=4, rank=1, phase="collective")]),
+                        timeout=120)
     assert reference.failures == []
     [f] = out.failures
     assert (f.kind, f.rank, f.worker, f.replacement, f.restore) == ("killed", 1, 1, 2, "memory")
@@ -88,6 +108,17 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
     assert min(out.losses) == f.generation + 1 and max(out.losses) == STEPS
     assert all(out.losses[s] == reference.losses[s] for s in out.losses)
     assert f.recovery_s < 10
+    # the monitor: which process took which rank, the resumed curve without a gap, every rank finished
+    with RunMonitor(events) as mon:
+        swaps = mon.swaps("kill")
+        assert swaps[["rank", "old_worker", "old_pid", "new_worker", "new_pid", "kind"]].values.tolist() == [
+            [1, 1, f.pid, 2, f.replacement_pid, "killed"]]
+        st = mon.status("kill")
+        assert st.loc[1, "replaced_pids"] == [f.pid] and st.loc[1, "pid"] == f.replacement_pid
+        assert set(st["state"]) == {"finished"} and mon.run_state("kill") == "finished"
+        m = mon.metrics("kill")
+        assert m.index.tolist() == list(range(1, STEPS + 1))
+        assert m["loss"].tolist() == [reference.losses[s] for s in range(1, STEPS + 1)]
 
 
 def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):

@@ -52,6 +52,8 @@ from lab.events import Event, EventLog
 __all__ = [
     "KIND_CHECKPOINT",
     "KIND_EVAL",
+    "KIND_FAILURE",
+    "KIND_SWAP",
     "KIND_RUN",
     "KIND_STATUS",
     "KIND_STEP",
@@ -68,6 +70,11 @@ __all__ = [
 KIND_RUN, KIND_STEP, KIND_EVAL = "train.run", "train.step", "train.eval"
 KIND_CHECKPOINT, KIND_STATUS = "train.checkpoint", "train.status"
 KINDS = [KIND_RUN, KIND_STEP, KIND_EVAL, KIND_CHECKPOINT, KIND_STATUS]
+#: Hot-swap runs (:mod:`lab.training.resilience`): the coordinator's ``train.failure`` (``rank``,
+#: ``worker``, ``pid``, ``kind``: killed/hung/transient/no_spare, ``detail``, ``step``) and
+#: ``train.swap`` (``rank``, ``old_worker``, ``old_pid``, ``new_worker``, ``new_pid``, ``generation``
+#: resumed from, ``restore``: memory/disk/fresh) events.
+KIND_FAILURE, KIND_SWAP = "train.failure", "train.swap"
 TERMINAL = ("finished", "stopped", "failed")
 #: Columns of :meth:`RunMonitor.metrics` (besides the ``step`` index).
 STEP_COLUMNS = ["time", "loss", "lr", "step_s", "compute_s", "comm_s", "bytes_sent", "dense_bytes",
@@ -476,15 +483,20 @@ class RunMonitor:
 
     def status(self, run_id: str, *, now: float | None = None) -> pd.DataFrame:
         """Per-rank status of ``run_id``, indexed by ``rank``: ``state`` (``started``/``running`` while
-        heartbeats are fresh, ``finished``, ``stopped``, ``failed``, or ``dead``), ``step`` (steps
+        heartbeats are fresh, ``finished``, ``stopped``, ``failed``, ``dead``, or ``replaced``: its
+        process failed and a hot-swap run's spare took the rank, whose own status is pending), ``step`` (steps
         done at the latest status), ``last_seen`` (epoch s), ``age_s`` (seconds since),
-        ``pid``, ``host``, ``error`` (for ``failed``), ``param_sha256`` (for ``finished``/``stopped``).
+        ``pid``, ``host``, ``error`` (for ``failed``), ``param_sha256`` (for ``finished``/``stopped``),
+        ``replaced_pids`` (processes that held the rank before a hot swap, oldest first).
 
         ``now`` (epoch seconds, default the clock) is when to judge heartbeat age."""
         now = time.time() if now is None else float(now)
         latest: dict[int, Event] = {}
         for e in self.log.tail(0, kinds=[KIND_STATUS], key=run_id):
             latest[int(e.payload["rank"])] = e
+        replaced_pids: dict[int, list[int]] = {}
+        for e in self.log.tail(0, kinds=[KIND_SWAP], key=run_id):
+            replaced_pids.setdefault(int(e.payload["rank"]), []).append(e.payload["old_pid"])
         rows = []
         for rank in sorted(latest):
             e = latest[rank]
@@ -492,11 +504,31 @@ class RunMonitor:
             age = now - e.time
             if state not in TERMINAL:
                 state = "dead" if age > self.heartbeat_timeout_s else ("running" if state == "heartbeat" else "started")
+            if state != "finished" and e.payload.get("pid") in replaced_pids.get(rank, ()):
+                state = "replaced"  # its process failed and a spare took the rank (its first status is pending)
             rows.append({"rank": rank, "state": state, "step": e.payload.get("step"), "last_seen": e.time, "age_s": age,
                          "pid": e.payload.get("pid"), "host": e.payload.get("host"), "error": e.payload.get("error"),
-                         "param_sha256": e.payload.get("param_sha256")})
-        cols = ["rank", "state", "step", "last_seen", "age_s", "pid", "host", "error", "param_sha256"]
+                         "param_sha256": e.payload.get("param_sha256"), "replaced_pids": replaced_pids.get(rank, [])})
+        cols = ["rank", "state", "step", "last_seen", "age_s", "pid", "host", "error", "param_sha256", "replaced_pids"]
         return pd.DataFrame(rows, columns=cols).set_index("rank")
+
+    def swaps(self, run_id: str) -> pd.DataFrame:
+        """Hot swaps of ``run_id`` (:mod:`lab.training.resilience`), oldest first: ``time`` (epoch s),
+        ``rank`` (logical), ``old_worker``, ``old_pid``, ``new_worker``, ``new_pid`` (which process took
+        which rank), ``generation`` (the step resumed from), ``restore``, and the failure's ``kind`` and
+        ``detail`` (killed with its signal, hung, ...). Empty for runs without any."""
+        failures = {}
+        for e in self.log.tail(0, kinds=[KIND_FAILURE], key=run_id):
+            failures[(e.payload.get("rank"), e.payload.get("worker"))] = e.payload
+        rows = []
+        for e in self.log.tail(0, kinds=[KIND_SWAP], key=run_id):
+            p = e.payload
+            f = failures.get((p["rank"], p["old_worker"]), {})
+            rows.append({"time": e.time, "rank": p["rank"], "old_worker": p["old_worker"], "old_pid": p["old_pid"],
+                         "new_worker": p["new_worker"], "new_pid": p["new_pid"], "generation": p["generation"],
+                         "restore": p["restore"], "kind": f.get("kind"), "detail": f.get("detail")})
+        return pd.DataFrame(rows, columns=["time", "rank", "old_worker", "old_pid", "new_worker", "new_pid", "generation",
+                                           "restore", "kind", "detail"])
 
     def run_state(self, run_id: str, *, now: float | None = None) -> str:
         """One word for the whole run: ``failed`` if any rank failed, else ``dead`` if any rank is dead,

@@ -367,10 +367,8 @@ class _Worker:
         t_restored = time.time()
         self._set(f"timing/{epoch}/{self.worker_id}", {"plan": t_plan, "pg_ready": t_pg, "restored": t_restored})
         rank = self.rank
-        if self.recorder is None and rank == 0 and cfg.events_path is not None:
-            from lab.training.monitor import RunRecorder
-
-            self.recorder = RunRecorder(cfg.events_path, cfg.resolved_run_id, 0)
+        if cfg.events_path is not None:
+            self._record_start(epoch, plan)
         lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
         shards = list(self.flat.split(self.shard_len))
         snap = Snapshotter(self.local_params, self.local_state, self.replica, rank, n, snap_group, fault=self._snapshot_fault)
@@ -442,6 +440,24 @@ class _Worker:
         finally:
             snap.stop(0.5)
 
+    def _record_start(self, epoch: int, plan: dict) -> None:
+        """Status (and on rank 0 at the first start, the ``train.run``) events for the monitor."""
+        from lab.training.monitor import RunRecorder
+
+        cfg, rank = self.cfg, self.rank
+        if self.recorder is None or self.recorder.rank != rank:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.recorder = RunRecorder(cfg.events_path, cfg.resolved_run_id, rank)
+            self.recorder.start_heartbeat(1.0, lambda: self.step)
+        self.recorder.status("started", self.step, worker=self.worker_id, epoch=epoch, restore=plan["restore"])
+        if rank == 0 and epoch == 0:
+            config = json.loads(cfg.model_dump_json())
+            config.update(optimizer="adamw (ZeRO-1 shards)", comm="fp32")
+            self.recorder.run_started(config=config, world_size=cfg.workers, n_params=self.n_params,
+                                      vocab_size=self.model_cfg.vocab_size, device="cpu", backend="gloo", start_step=0,
+                                      run_dir=str(cfg.run_dir), tensorboard_dir=None, comm="fp32", spares=cfg.spares)
+
     def report_error(self, epoch: int, exc: BaseException) -> None:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, TransientCollectiveError):
@@ -474,6 +490,9 @@ class _Worker:
             try:
                 out = self.run_epoch(epoch, plan)
                 out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                if self.recorder is not None:
+                    self.recorder.stop_heartbeat()
+                    self.recorder.status("finished", self.step, param_sha256=out["sha"], worker=self.worker_id)
                 self._set(f"done/{epoch}/{self.worker_id}", out)
                 self._destroy()
                 self._wait_plan(epoch + 1)
