@@ -119,6 +119,12 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
         m = mon.metrics("kill")
         assert m.index.tolist() == list(range(1, STEPS + 1))
         assert m["loss"].tolist() == [reference.losses[s] for s in range(1, STEPS + 1)]
+    from widgets.training_monitor import TrainingMonitor
+
+    view = TrainingMonitor(events, heartbeat_timeout_s=60)
+    view.refresh()
+    assert f"worker 2 (pid {f.replacement_pid}) took it from worker 1 (pid {f.pid})" in view.table.value
+    assert f"swapped in for pid {f.pid}" in view.table.value and f"{STEPS} / {STEPS}" in view.table.value
 
 
 def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):

@@ -65,7 +65,8 @@ X_TITLES = {"step": "step", "time": "wall time since the run started (s)"}
 # (x domain, y domain) per panel: the gap between the rows holds the top row's x title and the bottom row's titles
 _DOMAINS = {1: ([0.0, 0.44], [0.64, 1.0]), 2: ([0.56, 1.0], [0.64, 1.0]), 3: ([0.0, 0.44], [0.0, 0.36]), 4: ([0.56, 1.0], [0.0, 0.36])}
 _PALETTE = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
-_STATE_COLOUR = {"running": "#2ca02c", "started": "#2ca02c", "finished": "#1f77b4", "stopped": "#7f7f7f", "failed": "#d62728", "dead": "#d62728"}
+_STATE_COLOUR = {"running": "#2ca02c", "started": "#2ca02c", "finished": "#1f77b4", "stopped": "#7f7f7f", "failed": "#d62728", "dead": "#d62728",
+                 "replaced": "#ff7f0e"}
 WAITING = "waiting for the first step"
 HEIGHT = 580
 _MARGIN = {"l": 70, "r": 20, "t": 64, "b": 40}
@@ -416,8 +417,16 @@ class TrainingMonitor(BackgroundRefresh, W.VBox):
                 f"r{rank} {_state(s.state)} @{int(s.step) if pd.notna(s.step) else 0}"
                 + (f" ({html.escape(str(s.error))[:80]})" if isinstance(s.error, str) else "")
                 + (f" (silent {s.age_s:.0f} s)" if s.state == "dead" else "")
+                + (f" (pid {s.pid}, swapped in for pid {', '.join(map(str, s.replaced_pids))})"
+                   if isinstance(s.replaced_pids, list) and s.replaced_pids else "")
                 for rank, s in st.iterrows()
             )
+            swaps = self.monitor.swaps(r.run_id)
+            ranks += "".join(
+                f"<div class='lab-training-swap'>hot swap: rank {w.rank} {html.escape(str(w.kind))} "
+                f"({html.escape(str(w.detail))[:60]}), worker {w.new_worker} (pid {w.new_pid}) took it from worker "
+                f"{w.old_worker} (pid {w.old_pid}), resumed at step {w.generation} from {html.escape(str(w.restore))}</div>"
+                for w in swaps.itertuples())
             fmt = lambda v: "" if v is None or pd.isna(v) else f"{v:.4f}"  # noqa: E731
             rows.append(
                 f"<tr><td>{self._run_cell(r.run_id)}</td><td>{_state(r.state)}</td><td>{html.escape(str(r.optimizer))} / {html.escape(str(r.comm))}</td>"
