@@ -50,12 +50,15 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 import numpy as np
+from scipy.stats import t as student_t
+from scipy.stats import ttest_1samp, wilcoxon
 from tqdm import tqdm
 
 from benchmarks._common import write
 from lab.hpc import placement
 from lab.hpc.placement import SiteState
 from lab.hpc.sim import DOWNTIME_MIN_PENDING, DOWNTIME_MIN_S, NASA_REQUEST_FACTOR, QueuePredictor, SiteObservation, SiteTimeline
+from lab.hpc.errors import ReplayError
 from lab.hpc.swf import load_trace
 
 DAY = 86400.0
@@ -145,6 +148,18 @@ def week_mondays(site: SiteTimeline) -> list[date]:
     return out
 
 
+def split_mondays(mondays: list[date], split: str | None) -> list[date]:
+    """The usable weeks of one split: ``"validation"`` the earlier half (``ceil(n / 2)`` weeks),
+    ``"evaluation"`` the later half, None all. The two splits share no week at any site, so rounds
+    drawn for evaluation never fall in a week the predictor's settings were chosen on."""
+    if split is None:
+        return list(mondays)
+    if split not in SPLITS:
+        raise ReplayError(f"split must be one of {SPLITS} or None, not {split!r}")
+    half = (len(mondays) + 1) // 2
+    return list(mondays[:half]) if split == "validation" else list(mondays[half:])
+
+
 def site_time(site: SiteTimeline, mondays: list[date], week: int, tau: float) -> float:
     """Epoch seconds at the site for round (week, second-of-week tau), in the site's local wall clock."""
     d = mondays[week % len(mondays)]
@@ -155,11 +170,14 @@ def site_time(site: SiteTimeline, mondays: list[date], week: int, tau: float) ->
 # --------------------------------------------------------------------------------------------- rounds
 
 
-def sample_rounds(sites: dict[str, SiteTimeline], n_rounds: int, n_jobs: int, rng: np.random.Generator, *, min_short: int = 2, max_candidates: int = 100_000) -> tuple[list[dict], int]:
-    """Busy-time rounds: (week, tau), per-site submit times, probes. Returns (rounds, candidates drawn)."""
+def sample_rounds(
+    sites: dict[str, SiteTimeline], n_rounds: int, n_jobs: int, rng: np.random.Generator, *, split: str | None = None, min_short: int = 2, max_candidates: int = 100_000
+) -> tuple[list[dict], int]:
+    """Busy-time rounds: (week, tau), per-site submit times, probes, drawn from the weeks of ``split``
+    (:func:`split_mondays`). Returns (rounds, candidates drawn)."""
     if n_rounds <= 0 or n_jobs < n_rounds:
-        raise ValueError(f"need rounds >= 1 and jobs >= rounds, got rounds={n_rounds}, jobs={n_jobs}")
-    mondays = {n: week_mondays(s) for n, s in sites.items()}
+        raise ReplayError(f"need rounds >= 1 and jobs >= rounds, got rounds={n_rounds}, jobs={n_jobs}")
+    mondays = {n: split_mondays(week_mondays(s), split) for n, s in sites.items()}
     n_weeks = max(len(m) for m in mondays.values())
     smallest = min(s.capacity for s in sites.values())
     p_lo, p_hi = math.ceil(0.25 * smallest), smallest
@@ -168,7 +186,7 @@ def sample_rounds(sites: dict[str, SiteTimeline], n_rounds: int, n_jobs: int, rn
     drawn = 0
     while len(rounds) < n_rounds:
         if drawn >= max_candidates:
-            raise RuntimeError(f"only {len(rounds)} busy rounds in {max_candidates} candidates")
+            raise ReplayError(f"only {len(rounds)} busy rounds in {max_candidates} candidates")
         drawn += 1
         week, tau = int(rng.integers(0, n_weeks)), float(rng.uniform(0, WEEK))
         m = counts[len(rounds)]
@@ -179,7 +197,8 @@ def sample_rounds(sites: dict[str, SiteTimeline], n_rounds: int, n_jobs: int, rn
         if short < min_short:
             continue
         requested = np.ceil(runtime / REQUEST_QUANTUM_S) * REQUEST_QUANTUM_S
-        rounds.append({"week": week, "tau_s": tau, "times": times, "processors": procs, "runtime_s": runtime, "requested_s": requested, "short_sites": short})
+        weeks = {n: mondays[n][week % len(mondays[n])].isoformat() for n in sites}
+        rounds.append({"week": week, "week_of": weeks, "tau_s": tau, "times": times, "processors": procs, "runtime_s": runtime, "requested_s": requested, "short_sites": short})
     return rounds, drawn
 
 
@@ -220,7 +239,7 @@ def _stat(metric: str, extra: np.ndarray, nontrivial: np.ndarray) -> float:
         return float(np.percentile(extra, 90))
     if metric == "zero_regret_share":
         return float(np.mean(extra < ZERO_S))
-    raise ValueError(metric)
+    raise ReplayError(f"unknown metric {metric!r}; one of {METRICS}")
 
 
 def bootstrap_distribution(extra, nontrivial, round_ids, metric: str, *, n_resamples: int = 1000, seed: int = 0) -> np.ndarray:
@@ -324,6 +343,73 @@ def evaluate(sites: dict[str, SiteTimeline], rounds: list[dict], latency: dict[s
     extra = {pol: completion[np.arange(len(completion)), np.asarray(c)] - fastest for pol, c in chosen.items()}
     nontrivial = (completion.max(axis=1) - fastest) > NONTRIVIAL_S
     return {"names": names, "policies": policies, "completion": completion, "fastest": fastest, "extra": extra, "nontrivial": nontrivial, "round_ids": np.asarray(round_ids), "chosen": chosen, "records": records}
+
+
+def evaluate_seeds(
+    sites: dict[str, SiteTimeline], seeds, rounds: int, jobs: int, latency: dict[str, float], predictors: dict[str, QueuePredictor], *, split: str | None
+) -> dict:
+    """:func:`evaluate` over the rounds of several seeds (each seed its own ``rounds`` x ``jobs`` draw from
+    the weeks of ``split``), concatenated; round ids run on across seeds and ``seed_of_round`` maps them
+    back. Also returns ``rounds`` (the drawn rounds) and ``drawn`` (candidates drawn, per seed)."""
+    parts, all_rounds, drawn = [], [], {}
+    for seed in seeds:
+        rnds, n = sample_rounds(sites, rounds, jobs, np.random.default_rng(seed), split=split)
+        ev = evaluate(sites, rnds, latency, predictors)
+        parts.append((seed, ev))
+        all_rounds += [{**r, "seed": seed} for r in rnds]
+        drawn[seed] = n
+    first = parts[0][1]
+    out = {"names": first["names"], "policies": first["policies"], "rounds": all_rounds, "drawn": drawn}
+    offset, rid, seed_of_round, records = 0, [], [], []
+    for seed, ev in parts:
+        rid.append(ev["round_ids"] + offset)
+        seed_of_round += [seed] * (int(ev["round_ids"].max()) + 1)
+        records += [{**rec, "seed": seed, "round": rec["round"] + offset} for rec in ev["records"]]
+        offset += int(ev["round_ids"].max()) + 1
+    out["round_ids"] = np.concatenate(rid)
+    out["seed_of_round"] = np.asarray(seed_of_round)
+    out["probe_seed"] = out["seed_of_round"][out["round_ids"]]
+    for key in ("completion", "fastest", "nontrivial"):
+        out[key] = np.concatenate([ev[key] for _, ev in parts])
+    out["extra"] = {p: np.concatenate([ev["extra"][p] for _, ev in parts]) for p in out["policies"]}
+    out["chosen"] = {p: np.concatenate([np.asarray(ev["chosen"][p]) for _, ev in parts]) for p in out["policies"]}
+    out["records"] = records
+    return out
+
+
+def per_seed(ev: dict, policy: str, metric: str) -> np.ndarray:
+    """``metric`` of ``policy`` on each seed's probes (the seeds in the order evaluated), shape (n_seeds,)."""
+    seeds = list(dict.fromkeys(ev["probe_seed"].tolist()))
+    return np.array([_stat(metric, ev["extra"][policy][ev["probe_seed"] == sd], ev["nontrivial"][ev["probe_seed"] == sd]) for sd in seeds])
+
+
+def t_interval(x) -> list[float]:
+    """95 % Student-t interval of the mean of ``x`` (seeds as the unit): ``mean -/+ t(0.975, n-1) s / sqrt(n)``."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if len(x) < 2:
+        return [float("nan"), float("nan")]
+    h = float(student_t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return [float(x.mean() - h), float(x.mean() + h)]
+
+
+def paired(ev: dict, method: str, baseline: str) -> dict:
+    """Paired comparison over seeds: per seed, ``method``'s mean (p90) extra minus ``baseline``'s, seconds
+    (negative: the method is better); the mean difference, its 95 % t-interval, the paired t-test's and the
+    Wilcoxon signed-rank test's two-sided p, and on how many seeds the method was better / worse."""
+    out = {"method": method, "baseline": baseline}
+    for metric, key in (("mean_extra_s", "mean_extra"), ("p90_extra_s", "p90_extra")):
+        d = per_seed(ev, method, metric) - per_seed(ev, baseline, metric)
+        nz = d[d != 0]
+        out[f"{key}_diff_per_seed"] = d.tolist()
+        out[f"{key}_diff_mean"] = float(d.mean())
+        out[f"{key}_diff_ci95"] = t_interval(d)
+        out[f"{key}_diff_t_p"] = float(ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and d.std() > 0 else None
+        out[f"{key}_diff_wilcoxon_p"] = float(wilcoxon(nz).pvalue) if len(nz) >= 1 else None
+        out[f"{key}_seeds_better"] = int((d < 0).sum())
+        out[f"{key}_seeds_worse"] = int((d > 0).sum())
+        out[f"{key}_interval_excludes_zero"] = bool(np.all(np.asarray(out[f"{key}_diff_ci95"]) < 0) or np.all(np.asarray(out[f"{key}_diff_ci95"]) > 0))
+    return out
 
 
 NOTES = [

@@ -362,3 +362,51 @@ def test_rounds_align_local_time_of_week():
         assert len({(d.weekday(), d.hour, d.minute) for d in local}) == 1
         for n, s in sites.items():
             assert s.submit.min() + 7 * 86400 <= rnd["times"][n] <= s.submit.max() - 7 * 86400
+
+
+# --------------------------------------------------------------------------------------------- predictor config and QBETS
+
+
+def test_predictor_settings_are_a_validated_pydantic_config():
+    from lab.hpc.errors import ReplayError
+    from lab.hpc.sim import QueuePredictorConfig
+
+    pred = QueuePredictor(running_end="conditional", history="qbets", history_quantile=75)
+    assert pred.config == QueuePredictorConfig(running_end="conditional", history="qbets", history_quantile=75)
+    assert pred.running_end == "conditional" and pred.params()["history_quantile"] == 75.0
+    assert QueuePredictor(pred.config).params() == pred.params()
+    for bad, field in (({"running_end": "mean"}, "running_end"), ({"ratio_clip": (0.9, 0.1)}, "ratio_clip"),
+                       ({"history_quantile": 100}, "history_quantile"), ({"min_jobs": 0}, "min_jobs"), ({"bogus": 1}, "bogus")):
+        with pytest.raises(ReplayError, match=f"field '{field}'"):
+            QueuePredictor(**bad)
+    with pytest.raises(ReplayError, match="not both"):
+        QueuePredictor(pred.config, history="none")
+
+
+def test_bad_replay_input_raises_the_facet_error_not_a_bare_value_error():
+    from lab.hpc.errors import ReplayError
+
+    with pytest.raises(ReplayError, match="site 'x': need submit <= start <= end"):
+        SiteTimeline([10], [5], [20], [1], [10], 4, name="x")
+    with pytest.raises(ReplayError, match="1..capacity"):
+        easy_backfill([0], [10], [10], [5], 4)
+
+
+def test_qbets_bound_is_the_binomial_order_statistic():
+    from lab.hpc.sim import qbets_bound
+
+    # n = 100 waits 0..99: the 95 %-confidence upper bound on the median is the 59th smallest (58 s)
+    assert qbets_bound(np.arange(100.0), 50, 0.95) == 58.0
+    assert qbets_bound(np.arange(100.0), 50, 0.5) == 50.0
+    assert qbets_bound(np.arange(5.0), 95, 0.95) is None  # too few waits for a bound
+    assert qbets_bound([], 50) is None
+
+
+def test_forward_simulation_with_requested_walltimes_and_qbets_floor():
+    obs = tiny_site().observe(1000.0)
+    # pending P planned for its full 100 s request (not r x 100 = 50 s): the 6-processor hole opens at 1200
+    assert QueuePredictor(pending_duration="requested").predict_start(obs, 6, 100) == 1200
+    assert QueuePredictor(running_end="requested").expected_ends(obs).tolist() == [1300.0]
+    # the QBETS floor applies only when the probe does not fit now; past waits here are all 0
+    assert QueuePredictor(history="qbets").predict_start(obs, 6, 100) == 1150
+    assert QueuePredictor(history="qbets").predict_start(obs, 2, 100) == 1000

@@ -37,10 +37,14 @@ durations seconds, sizes processors (nodes on Theta, as its trace counts them).
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from scipy.stats import binom
 
 from lab.hpc.errors import ReplayError
 from lab.hpc.swf import SWFTrace
@@ -53,6 +57,8 @@ __all__ = [
     "SiteTimeline",
     "PlannedProfile",
     "QueuePredictor",
+    "QueuePredictorConfig",
+    "qbets_bound",
     "NASA_REQUEST_FACTOR",
     "WALLTIME_BUCKETS_S",
     "DOWNTIME_MIN_S",
@@ -121,7 +127,7 @@ def easy_backfill(submit, requested_time, run_time, processors, capacity: int) -
 
     Raises
     ------
-    ValueError
+    ReplayError
         Arrays of different lengths, non-finite or negative values, or a job
         larger than the machine.
     """
@@ -131,19 +137,19 @@ def easy_backfill(submit, requested_time, run_time, processors, capacity: int) -
     procs = np.asarray(processors).reshape(-1)
     n = len(submit)
     if not (len(req) == len(run) == len(procs) == n):
-        raise ValueError(f"arrays differ in length: submit {n}, requested_time {len(req)}, run_time {len(run)}, processors {len(procs)}")
+        raise ReplayError(f"arrays differ in length: submit {n}, requested_time {len(req)}, run_time {len(run)}, processors {len(procs)}")
     capacity = int(capacity)
     if capacity <= 0:
-        raise ValueError(f"capacity must be positive, not {capacity}")
+        raise ReplayError(f"capacity must be positive, not {capacity}")
     for label, x in (("submit", submit), ("requested_time", req), ("run_time", run)):
         if not np.isfinite(x).all():
-            raise ValueError(f"{label} has non-finite values")
+            raise ReplayError(f"{label} has non-finite values")
     if (req < 0).any() or (run < 0).any():
-        raise ValueError("requested_time and run_time must be >= 0 seconds")
+        raise ReplayError("requested_time and run_time must be >= 0 seconds")
     procs = procs.astype(np.int64)
     if (procs <= 0).any() or (procs > capacity).any():
         bad = procs[(procs <= 0) | (procs > capacity)][:3].tolist()
-        raise ValueError(f"processors must be in 1..capacity={capacity}; got {bad}")
+        raise ReplayError(f"processors must be in 1..capacity={capacity}; got {bad}")
 
     start = [float("nan")] * n
     order = np.argsort(submit, kind="stable").tolist()
@@ -238,7 +244,7 @@ def earliest_fit(times, ok, t: float, duration: float, *, chunk: int = 2048) -> 
     K = len(times)
     k0 = int(np.searchsorted(times, t, side="right")) - 1
     if k0 < 0:
-        raise ValueError(f"t={t} precedes the profile's first segment ({times[0] if K else 'empty profile'})")
+        raise ReplayError(f"earliest_fit: t={t} precedes the profile's first segment ({times[0] if K else 'empty profile'})")
     duration = max(float(duration), 0.0)
     lo, carry = k0, None  # carry: start of an ok run that reaches the previous chunk's end
     while lo < K:
@@ -331,11 +337,12 @@ class Telemetry:
                 waits[i], censored[i] = max(t - duration - s, 0.0), True
         return waits, censored
 
-    def median_ratio(self, clip: tuple[float, float] = (0.05, 1.0), default: float = 1.0, min_jobs: int = 10) -> float:
-        """Median run/requested ratio, clipped to ``clip``; ``default`` with fewer than ``min_jobs`` jobs."""
+    def median_ratio(self, clip: tuple[float, float] = (0.05, 1.0), default: float = 1.0, min_jobs: int = 10, quantile: float = 50.0) -> float:
+        """Median (or the ``quantile``-th percentile of the) run/requested ratio, clipped to ``clip``;
+        ``default`` with fewer than ``min_jobs`` jobs."""
         if len(self.ratios) < min_jobs:
             return float(default)
-        return float(np.clip(np.median(self.ratios), *clip))
+        return float(np.clip(np.percentile(self.ratios, quantile), *clip))
 
 
 @dataclass(frozen=True)
@@ -438,16 +445,16 @@ class SiteTimeline:
         self.requested_time = np.asarray(requested_time, dtype=np.float64).reshape(-1)
         n = len(self.submit)
         if not all(len(a) == n for a in (self.start, self.end, self.processors, self.requested_time)):
-            raise ValueError("submit, start, end, processors and requested_time must have the same length")
+            raise ReplayError(f"site {name!r}: submit, start, end, processors and requested_time must have the same length")
         if n == 0:
             raise ReplayError(f"site {name!r}: no jobs")
         if not (np.isfinite(self.submit).all() and np.isfinite(self.start).all() and np.isfinite(self.end).all()):
-            raise ValueError("submit, start and end must be finite")
+            raise ReplayError(f"site {name!r}: submit, start and end must be finite")
         if (self.start < self.submit).any() or (self.end < self.start).any():
-            raise ValueError("need submit <= start <= end for every job")
+            raise ReplayError(f"site {name!r}: need submit <= start <= end for every job (first offender: job index {int(np.flatnonzero((self.start < self.submit) | (self.end < self.start))[0])})")
         self.capacity = int(capacity)
         if self.capacity <= 0:
-            raise ValueError(f"capacity must be positive, not {capacity}")
+            raise ReplayError(f"site {name!r}: capacity must be positive, not {capacity}")
         self.name, self.timezone, self.downtime_min_s = name, timezone, downtime_min_s
         self.wait = self.start - self.submit
         self.run_time = self.end - self.start
@@ -610,7 +617,7 @@ class SiteTimeline:
             Epoch seconds.
         """
         if processors <= 0 or processors > self.capacity:
-            raise ValueError(f"a probe needs 1..{self.capacity} processors at site {self.name!r}, not {processors}")
+            raise ReplayError(f"a probe needs 1..{self.capacity} processors at site {self.name!r}, not {processors}")
         ok = (self.busy_profile + processors <= self.capacity) & ~self.down_profile
         return earliest_fit(self.times, ok, float(t_submit), float(runtime))
 
@@ -715,20 +722,90 @@ class PlannedProfile:
         self.free[lo:hi] -= processors
 
 
+def qbets_bound(waits, quantile: float, confidence: float = 0.95) -> float | None:
+    """QBETS' upper confidence bound on the ``quantile``-th percentile of a site's waits (Nurmi, Brevik &
+    Wolski, "QBETS: Queue Bounds Estimation from Time Series", JSSPP 2007, section 3).
+
+    With the ``n`` waits sorted, the bound is the ``k``-th smallest, ``k`` the least index with
+    ``P(Binomial(n, q) < k) >= confidence``: the true ``q``-quantile lies below it with that confidence
+    (a distribution-free order-statistic bound).
+
+    Parameters
+    ----------
+    waits : array_like of float, shape (n,)
+        Recent waits, seconds.
+    quantile : float
+        Percent, 0 < quantile < 100.
+    confidence : float
+        0 < confidence < 1.
+
+    Returns
+    -------
+    float or None
+        Seconds; None when ``n`` is too small for a bound at that confidence.
+    """
+    w = np.sort(np.asarray(waits, dtype=np.float64)[np.isfinite(np.asarray(waits, dtype=np.float64))])
+    n, q = len(w), float(quantile) / 100.0
+    if n == 0:
+        return None
+    # P(X < k) = P(X <= k - 1) for X ~ Binomial(n, q), k = 1..n
+    hit = np.flatnonzero(binom.cdf(np.arange(n), n, q) >= confidence)
+    if not len(hit):
+        return None
+    return float(w[int(hit[0])])  # k = hit + 1 -> the k-th smallest is w[k - 1]
+
+
+class QueuePredictorConfig(BaseModel):
+    """A :class:`QueuePredictor`'s settings, validated (unknown fields refused).
+
+    The defaults are the plan specified before any evaluation (median, now, requested).
+    ``ratio_quantile`` is the per-site walltime-overestimate correction: the percentile of recent
+    run/requested ratios a job's request is scaled by (50: the median).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ratio_clip: tuple[float, float] = Field((0.05, 1.0), description="run/requested ratio kept within [lo, hi]")
+    ratio_quantile: float = Field(50.0, gt=0, lt=100, description="percentile of past run/requested ratios used as r")
+    default_ratio: float = Field(1.0, gt=0, description="r when fewer than min_jobs jobs ended in the window")
+    min_jobs: int = Field(10, ge=1)
+    running_end: Literal["median", "conditional", "requested"] = "median"
+    pending_start: Literal["now", "next_release"] = "now"
+    pending_duration: Literal["expected", "requested"] = Field("expected", description="pending jobs planned for r x request, or their full request (Slurm's own plan)")
+    probe_duration: Literal["requested", "expected"] = "requested"
+    arrivals: Literal["none", "previous_day", "previous_week"] = "none"
+    arrival_horizon_s: float = Field(DAY, gt=0)
+    history: Literal["none", "floor", "qbets"] = "none"
+    history_quantile: float = Field(50.0, gt=0, lt=100)
+    history_confidence: float = Field(0.95, gt=0, lt=1, description="QBETS' confidence level")
+    history_lookback_s: float = Field(7 * DAY, gt=0)
+    down_penalty_s: float = Field(6 * _HOUR, ge=0)
+
+    @field_validator("ratio_clip")
+    @classmethod
+    def _clip_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not (0 < v[0] <= v[1]):
+            raise ValueError(f"need 0 < lo <= hi, got {v}")
+        return v
+
+
 class QueuePredictor:
     """Predict a probe's start at a site from a :class:`SiteObservation` only.
 
-    1. ``r`` = the site's median run/requested ratio over jobs that ended in the
-       telemetry window, clipped to ``ratio_clip`` (``default_ratio`` when fewer
-       than ``min_jobs`` jobs ended).
+    1. ``r`` = the ``ratio_quantile``-th percentile (default: the median) of the site's run/requested
+       ratios over jobs that ended in the telemetry window, clipped to ``ratio_clip``
+       (``default_ratio`` when fewer than ``min_jobs`` jobs ended): the per-site walltime-overestimate correction.
     2. Running jobs' expected ends (``running_end``):
        ``"median"``: ``max(start + r * requested, t)``;
        ``"conditional"``: ``start + requested * m``, with ``m`` the median ratio of the
        past jobs whose ratio exceeds the job's elapsed fraction ``(t - start) / requested``
        (it has already run that long); where fewer than ``min_jobs`` past jobs ran
-       that long, the requested end, and at least ``t + 60 s``.
+       that long, the requested end, and at least ``t + 60 s``;
+       ``"requested"``: ``start + requested`` (what Slurm's own plan assumes).
     3. Pending jobs, in submission (FCFS) order, each get a conservative-backfill
-       reservation: the earliest hole of ``r * requested`` seconds in the planned profile,
+       reservation (a forward simulation of the site's scheduler from its pending queue): the
+       earliest hole of ``r * requested`` seconds (``pending_duration="expected"``) or of the
+       full request (``"requested"``, as ``sbatch --test-only`` plans) in the planned profile,
        no earlier than ``t`` (``pending_start="now"``) or, with ``"next_release"``, than
        the first expected end of a running job (the live scheduler has just declined to
        start them in the processors free now; with nothing running they are left out).
@@ -736,71 +813,59 @@ class QueuePredictor:
        arrive in the next ``arrival_horizon_s`` seconds are forecast as a replay of those
        that arrived one day (week) earlier: each is planned, in arrival order, at the
        earliest hole at or after its shifted arrival time, for its real run time where it
-       has ended (else ``r * requested``). The probe, which delays nobody, yields to them
-       as it yields to the queue; this is the only way a plan sees the small jobs that
-       keep a machine without a queue (NASA's) from ever draining for a large probe.
+       has ended (else ``r * requested``).
     5. The probe takes the earliest hole of its own duration after them (it delays nobody):
        its requested walltime (``probe_duration="requested"``) or ``r`` times it.
-    6. A site that is down is not expected back before ``t + down_penalty_s``.
-    7. Optionally (``history="floor"``) the prediction is floored at the ``history_quantile``-th
-       percentile of the waits the same probe would have had, submitted hourly over the last
-       ``history_lookback_s`` seconds, in the site's recorded busy profile
-       (:meth:`Telemetry.past_probe_waits`: the probe telemetry a live agent collects;
-       waits not finished by ``t`` count at their known lower bound).
+    6. A site that is known to be down is not expected back before ``t + down_penalty_s``.
+    7. Optionally the prediction is floored by the site's history: ``history="floor"``: the
+       ``history_quantile``-th percentile of the waits the same probe would have had, submitted
+       hourly over the last ``history_lookback_s`` seconds, in the site's recorded busy profile
+       (:meth:`Telemetry.past_probe_waits`); ``history="qbets"``: QBETS' upper bound
+       (:func:`qbets_bound`, confidence ``history_confidence``) on that percentile of the real
+       waits of the jobs that ended in the telemetry window, applied only when the probe does not
+       fit in the processors free now.
 
-    The defaults are the plan specified before any evaluation (median, now, requested).
+    Parameters
+    ----------
+    config : QueuePredictorConfig, optional
+        The settings; or give them as keyword arguments (not both).
+    **settings
+        Fields of :class:`QueuePredictorConfig`.
+
+    Raises
+    ------
+    ReplayError
+        A setting is unknown or invalid (the message names the field), or both ``config`` and keywords are given.
     """
 
-    def __init__(
-        self,
-        *,
-        ratio_clip: tuple[float, float] = (0.05, 1.0),
-        default_ratio: float = 1.0,
-        min_jobs: int = 10,
-        running_end: str = "median",
-        pending_start: str = "now",
-        probe_duration: str = "requested",
-        arrivals: str = "none",
-        arrival_horizon_s: float = DAY,
-        history: str = "none",
-        history_quantile: float = 50.0,
-        history_lookback_s: float = 7 * DAY,
-        down_penalty_s: float = 6 * _HOUR,
-    ):
-        for label, value, allowed in (
-            ("running_end", running_end, ("median", "conditional")),
-            ("pending_start", pending_start, ("now", "next_release")),
-            ("probe_duration", probe_duration, ("requested", "expected")),
-            ("arrivals", arrivals, ("none", "previous_day", "previous_week")),
-            ("history", history, ("none", "floor")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{label} must be one of {allowed}, not {value!r}")
-        self.ratio_clip, self.default_ratio, self.min_jobs = tuple(ratio_clip), float(default_ratio), int(min_jobs)
-        self.running_end, self.pending_start, self.probe_duration = running_end, pending_start, probe_duration
-        self.arrivals, self.arrival_horizon_s = arrivals, float(arrival_horizon_s)
-        self.history, self.history_quantile, self.history_lookback_s = history, float(history_quantile), float(history_lookback_s)
-        self.down_penalty_s = float(down_penalty_s)
+    def __init__(self, config: QueuePredictorConfig | None = None, **settings):
+        if config is not None and settings:
+            raise ReplayError(f"QueuePredictor: give config or keyword settings, not both (got {sorted(settings)})")
+        if config is None:
+            try:
+                config = QueuePredictorConfig(**settings)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(x) for x in err["loc"]) or "?"
+                raise ReplayError(f"QueuePredictor: field {where!r}: {err['msg']} (got {err.get('input')!r})") from None
+        self.config = config
+
+    def __getattr__(self, name: str):
+        cfg = self.__dict__.get("config")
+        if cfg is not None and name in QueuePredictorConfig.model_fields:
+            return getattr(cfg, name)
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"QueuePredictor({', '.join(f'{k}={v!r}' for k, v in self.config.model_dump().items() if v != QueuePredictorConfig.model_fields[k].default)})"
 
     def params(self) -> dict:
         """The predictor's settings (JSON-ready)."""
-        return {
-            "ratio_clip": list(self.ratio_clip),
-            "default_ratio": self.default_ratio,
-            "min_jobs": self.min_jobs,
-            "running_end": self.running_end,
-            "pending_start": self.pending_start,
-            "probe_duration": self.probe_duration,
-            "arrivals": self.arrivals,
-            "arrival_horizon_s": self.arrival_horizon_s,
-            "history": self.history,
-            "history_quantile": self.history_quantile,
-            "history_lookback_s": self.history_lookback_s,
-            "down_penalty_s": self.down_penalty_s,
-        }
+        return self.config.model_dump(mode="json")
 
     def ratio(self, obs: SiteObservation) -> float:
-        return obs.telemetry.median_ratio(self.ratio_clip, self.default_ratio, self.min_jobs)
+        """The run/requested ratio ``r`` (step 1)."""
+        return obs.telemetry.median_ratio(self.ratio_clip, self.default_ratio, self.min_jobs, self.ratio_quantile)
 
     def expected_ends(self, obs: SiteObservation) -> np.ndarray:
         """Expected end (epoch seconds, ``>= t``) of each running job (step 2)."""
@@ -808,6 +873,8 @@ class QueuePredictor:
         req = np.nan_to_num(obs.running_requested, nan=0.0)
         if self.running_end == "median":
             return np.maximum(obs.running_start + self.ratio(obs) * req, t)
+        if self.running_end == "requested":
+            return np.maximum(obs.running_start + req, t + 60.0)
         past = np.sort(obs.telemetry.ratios)
         with np.errstate(divide="ignore", invalid="ignore"):
             elapsed = np.where(req > 0, (t - obs.running_start) / req, np.inf)
@@ -839,7 +906,8 @@ class QueuePredictor:
             not_before = float(ev[0])
         else:
             not_before = t
-        durations = np.maximum(r * np.nan_to_num(obs.pending_requested, nan=0.0), 1.0)
+        scale = r if self.pending_duration == "expected" else 1.0
+        durations = np.maximum(scale * np.nan_to_num(obs.pending_requested, nan=0.0), 1.0)
         for p, d in zip(obs.pending_processors.tolist(), durations.tolist()):
             if p > cap:
                 continue  # can never run here
@@ -874,4 +942,8 @@ class QueuePredictor:
             waits, _ = obs.telemetry.past_probe_waits(obs.time, processors, d, obs.capacity, lookback_s=self.history_lookback_s)
             if len(waits):
                 start = max(start, obs.time + float(np.percentile(waits, self.history_quantile)))
+        elif self.history == "qbets" and obs.free < processors:
+            bound = qbets_bound(obs.telemetry.waits, self.history_quantile, self.history_confidence)
+            if bound is not None:
+                start = max(start, obs.time + bound)
         return start
