@@ -37,6 +37,7 @@ from lab.provenance.txn.records import (
     Reason,
     Record,
     RecordType,
+    Scope,
     State,
     Tier,
     check_transition,
@@ -674,7 +675,8 @@ class Transaction:
         return State(rows[0][0]) if rows else None
 
     def read(self, entity: str | None = None, attribute: str | None = None) -> list[View]:
-        """Records of a slot (or an entity, or all) visible at this transaction's isolation level, oldest first."""
+        """Records of a slot (or an entity, or all) visible at this transaction's isolation level, oldest first;
+        a private record only to its owner and its reader roles."""
         self._live()
         f = self.store.features
         level = self.isolation if f.maturity_reads else Isolation.RAW_READ
@@ -697,6 +699,9 @@ class Transaction:
                 if st not in VISIBLE[level] and not own:
                     continue
                 r = _record(body)
+                perm = r.permission
+                if perm.scope == Scope.PRIVATE and self.agent != perm.owner and self.agent not in perm.readers:
+                    continue  # access control: a private record is read by its owner and its reader roles only
                 if level == Isolation.CAUSALLY_STABLE_READ and not own and not self._stable(r):
                     continue
                 out.append(View(r, st))
@@ -1007,6 +1012,8 @@ class Transaction:
                     fail = (Reason.VALIDITY_EXPIRED, "validity", {"now": now, "valid_to": r.valid_to})
             if fail is None and f.conflict and r.type != RecordType.TOOL_ACTION:
                 fail = self._conflict(r, staged, supersede)
+            elif not f.conflict and r.type != RecordType.TOOL_ACTION:  # no adjudication: the last committer wins
+                supersede.extend((rid2, r.id) for rid2 in self._rivals(r, staged))
             if fail is None and f.permission:
                 for p in r.derived_from:
                     pr = _record(self.db.q("SELECT body FROM records WHERE id = ?", (p,))[0][0])
@@ -1047,6 +1054,16 @@ class Transaction:
             if State(self.db.q("SELECT state FROM heads WHERE id = ?", (p,))[0][0]) == State.REVOKED:
                 return (Reason.DERIVED_FROM_REVOKED, "semantic_conflict", {"parent": p})
         return None
+
+    def _rivals(self, r: Record, staged: set[str]) -> list[str]:
+        rows = self.db.q("SELECT r.id, r.body FROM records r JOIN heads h ON h.id = r.id WHERE r.entity = ? AND r.attribute = ? AND r.id != ?"
+                         " AND h.state IN ('committed', 'action_safe')", (r.entity, r.attribute, r.id))
+        out = []
+        for rid, body in rows:
+            rival = _record(body)
+            if rid not in staged and rival.type != RecordType.TOOL_ACTION and r.overlaps(rival) and rival.value != r.value:
+                out.append(rid)
+        return out
 
     def _stability(self, r: Record, staged: set[str]) -> tuple | None:
         if not r.derived_from:
