@@ -16,7 +16,7 @@ two reference rows, ``real_heldout`` (test-split clips, stride 1: the ceiling) a
 and shows what those two metrics alone reward).
 
 Metrics (:mod:`lab.generative.video.metrics`), features from a small autoencoder trained on the training
-frames (seed 0): ``frame_quality`` = Frechet distance of generated frames' features to the held-out test
+frames (seed 0, shipped as ``encoder.safetensors``): ``frame_quality`` = Frechet distance of generated frames' features to the held-out test
 frames' (lower is better; 95 % interval by bootstrap over videos, 200 resamples), ``psnr_nn`` / ``ssim_nn``
 to the nearest held-out frame, ``subject_consistency`` (VBench), ``motion_smoothness`` (VBench's score
 with a linear interpolator), ``nfe`` (expert calls per video: a call on a batch counts once per video)
@@ -109,8 +109,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"results": [], "long": []}
-    torch.manual_seed(0)
-    enc = metrics.train_encoder(datasets.frames("train", SIZE), seed=0)
+    enc = metrics.load_encoder()
     real_frames = datasets.frames("test", SIZE)
     real_feats = metrics.features(enc, real_frames[:, 0].unsqueeze(0)).numpy()[0]
     ex = {k: load_expert(k) for k in ("control", "spatial", "temporal")}
@@ -140,7 +139,7 @@ def main(argv=None) -> None:
             print(json.dumps({"long": name, "flicker": round(row["seam_flicker"]["mean"], 3), "nfe": g.nfe}), flush=True)
             out.write_text(json.dumps(doc, indent=1))
     doc["setup"] = {"frames": FRAMES, "size": SIZE, "videos_per_mode": a.videos, "seed": a.seed, "t_e": 100,
-                    "encoder": "FrameEncoder autoencoder, 1500 steps on the training frames, seed 0",
+                    "encoder": "shipped FrameEncoder (lab/generative/weights/video/encoder.json): autoencoder, 1500 steps on the training frames, seed 0",
                     "conditioning": "unconditional (no text encoder offline)",
                     "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1,
                                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},

