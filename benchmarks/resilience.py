@@ -20,8 +20,12 @@ hyper-parameters.
     ``torch.distributed.checkpoint`` checkpoint (``dcp.save`` every 1 / 50 steps, ``dcp.async_save``
     every step). Overhead = (step time + checkpoint blocking time) / step time - 1 over an uninterrupted
     run; recovery as above with one kill per torchrun attempt.
-``torchft``
-    See ``methods.torchft.not_run`` in the output.
+``torchft`` (torchft 0.2.0: lighthouse + 4 replica groups of one process, ``Manager``, FT-DDP, ``PGTransport``)
+    A killed group's process is restarted by its torchrun and heals from a live peer; the survivors
+    continue without it. ``recovery_s`` = kill -> the survivors' next committed step; ``rejoin_median_s``
+    = kill -> the killed group committing again; ``degraded_steps`` / ``samples_dropped`` = steps committed
+    with fewer than 4 groups and the samples the missing groups did not contribute. Overhead against the
+    plain DDP step time of ``restart_dcp_50``'s uninterrupted run (run ``restart`` first).
 """
 
 from __future__ import annotations
@@ -172,10 +176,102 @@ def restart_method(name: str, mode: str, interval: int, steps: int, trials: int,
             "interval": interval, "mode": mode}
 
 
+# ---------------------------------------------------------------------------------------------- torchft
+def torchft_run(name: str, steps: int, kills: dict, workdir: Path, groups: int = 4, timeout_s: float = 5.0) -> dict:
+    """One TorchFT job: a lighthouse and ``groups`` replica groups (one process each, under torchrun so a
+    killed process is restarted and heals from a live peer). ``kills``: {group: [[attempt, step], ...]}."""
+    import socket
+
+    d = workdir / name
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "events.jsonl"
+    log.unlink(missing_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = {"log": str(log), "dir": str(d), "groups": groups, "min_replicas": 2, "timeout_s": timeout_s,
+            "kills": {str(g): k for g, k in kills.items()}, "train": _train_kw("base", steps)}
+    (d / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}"}
+    lh = subprocess.Popen([str(Path(sys.executable).parent / "torchft_lighthouse"), "--min_replicas", "2", "--quorum_tick_ms", "100",
+                           "--join_timeout_ms", "10000", "--bind", f"127.0.0.1:{port}"], stdout=open(d / "lighthouse.log", "w"),
+                          stderr=subprocess.STDOUT)
+    t0 = time.time()
+    procs = []
+    try:
+        for g in range(groups):
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "--max-restarts",
+                   str(len(kills.get(g, []))), "--monitor-interval", "0.5", str(ROOT / "benchmarks" / "_resilience_torchft.py"),
+                   "--spec", str(d / "spec.json"), "--group", str(g)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=open(d / f"group{g}.log", "w"), stderr=subprocess.STDOUT))
+        rcs = [p.wait(timeout=1200) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        lh.kill()
+        lh.wait()
+    ev = [json.loads(line) for line in log.read_text().splitlines()]
+    finals = {e["group"]: e for e in ev if e["kind"] == "final"}
+    steps_ev = [e for e in ev if e["kind"] == "step"]
+    g0 = [e for e in steps_ev if e["group"] == 0 and e["committed"] and e["participants"] == groups]
+    out = {"rc": rcs, "wall_s": time.time() - t0, "sha": {g: f["sha"] for g, f in finals.items()},
+           "step_s": float(np.mean([e["step_s"] for e in g0[3:]])) if len(g0) > 3 else None,
+           "maxrss_mb": {g: f["maxrss_kb"] / 1024 for g, f in finals.items()}}
+    recs = []
+    for g, ks in kills.items():
+        for katt, kstep in ks:
+            killed = [e for e in ev if e["kind"] == "killed" and e["group"] == g and e["attempt"] == katt]
+            if not killed:
+                continue
+            tk = killed[0]["time"]
+            after = [e for e in steps_ev if e["time"] > tk and e["committed"]]
+            surv = [e for e in after if e["group"] != g and e["step"] > kstep]  # a step begun after the kill
+            back = [e for e in after if e["group"] == g]
+            healed = [e for e in ev if e["kind"] == "healed" and e["group"] == g and e["time"] > tk]
+            recs.append({"group": g, "step": kstep, "recovery_s": surv[0]["time"] - tk if surv else None,
+                         "rejoin_s": back[0]["time"] - tk if back else None,
+                         "healed_s": healed[0]["time"] - tk if healed else None})
+    out["failures"] = recs
+    # steps the survivors committed with fewer than all groups: the missing groups' samples are dropped
+    by_step = {}
+    for e in steps_ev:
+        if e["committed"]:
+            by_step[e["step"]] = min(by_step.get(e["step"], groups), e["participants"])
+    out["degraded_steps"] = sum(1 for v in by_step.values() if v < groups)
+    out["samples_dropped"] = sum((groups - v) * spec["train"]["batch_size"] for v in by_step.values())
+    return out
+
+
+def torchft_method(trials: int, workdir: Path, seed: int, plain_step_s: float | None) -> dict:
+    steps = 10 * trials + 12
+    ref = torchft_run("torchft_ref", steps, {}, workdir)
+    rng = random.Random(seed)
+    kills: dict = {}
+    for i in range(trials):
+        g = i % 4
+        kills.setdefault(g, []).append([len(kills.get(g, [])), 6 + 10 * i + rng.randrange(0, 4)])
+    run = torchft_run("torchft_kill", steps, kills, workdir)
+    rs = [f["recovery_s"] for f in run["failures"] if f["recovery_s"] is not None]
+    ref_sha = ref["sha"].get(0)
+    return {"overhead": (ref["step_s"] / plain_step_s - 1) if (ref["step_s"] and plain_step_s) else None,
+            "overhead_basis": "mean step time of TorchFT (4 replica groups, all participating) / plain DDP step time of "
+                              "restart_dcp_50's uninterrupted run (checkpoint time excluded) - 1",
+            "step_s": ref["step_s"], "plain_ddp_step_s": plain_step_s,
+            "recovery_s": statistics.median(rs) if rs else None, "recovery_worst_s": max(rs) if rs else None,
+            "recovery_definition": "kill -> the survivors' first committed step after the killed one (they go on without the "
+                                   "killed group); the killed group's own return is rejoin_median_s",
+            "rejoin_median_s": statistics.median([f["rejoin_s"] for f in run["failures"] if f["rejoin_s"] is not None] or [float("nan")]),
+            "steps_lost": 0, "degraded_steps": run["degraded_steps"], "samples_dropped": run["samples_dropped"],
+            "samples_dropped_reference": ref["samples_dropped"],
+            "bit_identical": bool(ref_sha and run["sha"].get(0) == ref_sha), "trials": len(rs), "kills_planned": trials,
+            "failures": run["failures"], "rc": [ref["rc"], run["rc"]], "peak_rss_mb": run["maxrss_mb"], "steps": steps}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--part", default="all", choices=["all", "phoenix", "overhead", "restart"])
+    ap.add_argument("--part", default="all", choices=["all", "phoenix", "overhead", "restart", "torchft"])
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
@@ -212,11 +308,9 @@ def main(argv=None) -> int:
         for name, mode, interval in tqdm([("restart_dcp_1", "sync", 1), ("restart_dcp_50", "sync", 50), ("async_dcp", "async", 1)],
                                          desc="restart baselines"):
             methods[name] = restart_method(name, mode, interval, args.steps, args.trials, workdir, args.seed)
-    methods.setdefault("torchft", {"overhead": None, "recovery_s": None, "recovery_worst_s": None, "steps_lost": None,
-                                   "bit_identical": None, "trials": 0,
-                                   "not_run": "not attempted in this session: it ran out of time before the TorchFT harness "
-                                              "(lighthouse + 4 replica groups) was written; torchft 0.2.0 is installed "
-                                              "(dev dependency) and ran on gloo/CPU in ../shared/notes/training.md (d2)"})
+    if args.part in ("all", "torchft"):
+        plain = methods.get("restart_dcp_50", {}).get("step_s")
+        methods["torchft"] = torchft_method(args.trials, workdir, args.seed, plain)
     write(out, result)
     return 0
 
