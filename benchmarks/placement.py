@@ -1,40 +1,71 @@
 """Placement across federated sites (Diamond Agent's evaluation, made meaningful): replay and live.
 
-    python -m benchmarks.placement --out FILE.json [--rounds 19] [--jobs 83] [--live-rounds 13] [--no-live]
+    python -m benchmarks.placement --out FILE.json [--part replay|live|all] [--rounds 19] [--jobs 83] [--live-rounds 30]
 
 ``replay`` (:mod:`benchmarks.placement_replay`): four sites from four real traces,
-real schedules as ground truth, policies that see only what was known at submit
-time, bootstrap confidence intervals by round. ``live``
-(:mod:`benchmarks.placement_live`): four local Slurm sites under load replayed from
-the same traces, matched probe rounds measured from real submissions, and the
-continuation latency (job end to agent resume). JSON keys: ``replay`` and ``live``,
-each with ``rounds``, ``jobs``, ``nontrivial_share``, ``policies`` (per policy:
-``within_60s_nontrivial``, ``mean_extra_s``, ``median_extra_s``, ``p90_extra_s``,
-``zero_regret_share``, each ``{"value", "ci95"}``), ``best_fixed_site``; ``live`` also
-has ``continuation`` (``median_s``, ``p95_s``, ``n``).
+real schedules as ground truth, policies (:mod:`lab.hpc.placement`) that see only
+what was known at submit time. The predictor's settings are chosen first
+(:func:`~benchmarks.placement_replay.tune`) on the validation seeds' rounds, which lie in
+each site's earlier usable weeks; every policy is then scored once on the evaluation
+seeds' rounds (:data:`~benchmarks.placement_replay.EVAL_SEEDS`), from the later weeks:
+pooled metrics with bootstrap CIs by round, per-seed metrics with 95 % t-intervals over
+seeds, and paired per-seed tests of ``earliest_completion`` against ``idle_first`` and the
+best fixed site. ``live`` (:mod:`benchmarks.placement_live`): four local Slurm sites under
+load replayed from the same traces, matched probe rounds measured from real submissions,
+and the continuation latency (job end to agent resume).
+
+JSON keys: ``replay`` and ``live``, each with ``rounds``, ``jobs``, ``nontrivial_share``,
+``policies`` (per policy: ``within_60s_nontrivial``, ``mean_extra_s``, ``median_extra_s``,
+``p90_extra_s``, ``zero_regret_share``, each ``{"value", "ci95"}``), ``best_fixed_site``;
+``replay`` also ``eval_seeds``, ``over_seeds``, ``paired`` (``earliest_completion-vs-idle_first``,
+``earliest_completion-vs-best_fixed``, ... each with ``mean_extra_diff_ci95`` and
+``p90_extra_diff_ci95``: method minus baseline, seconds) and ``tuning``; ``live`` also has
+``continuation`` (``median_s``, ``p95_s``, ``n``) and ``earliest_completion_vs_least_pending``.
+``--part`` runs one half and keeps the other from an existing ``--out`` file (each half
+fits in one ~15-minute hold of the shared lock).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from benchmarks._common import write
 from benchmarks.placement_live import run_live
-from benchmarks.placement_replay import run_replay
+from benchmarks.placement_replay import EVAL_SEEDS, TUNING_CRITERION, VALIDATION_SEEDS, run_replay, tune
+from lab.hpc.sim import QueuePredictor, QueuePredictorConfig
+
+
+def replay_part(rounds: int, jobs: int, eval_seeds, validation_seeds) -> dict:
+    """Tune on validation seeds, then evaluate every policy once on the evaluation seeds."""
+    tuning = tune(rounds, jobs, seeds=validation_seeds)
+    predictor = QueuePredictor(QueuePredictorConfig(**tuning["chosen"]))
+    tuned_on = f"{tuning['settings_compared']} settings compared on validation seeds {list(validation_seeds)} (validation weeks only) by {TUNING_CRITERION}; chosen {tuning['chosen_name']}"
+    result = run_replay(rounds, jobs, seeds=list(eval_seeds), predictor=predictor, tuned_on=tuned_on)
+    result["tuning"] = tuning
+    return result
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--rounds", type=int, default=19, help="replay rounds")
-    p.add_argument("--jobs", type=int, default=83, help="replay probes")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--live-rounds", type=int, default=13, help="live rounds (4 probes each)")
-    p.add_argument("--no-live", action="store_true", help="skip the live half (needs Debian's slurm-wlm)")
+    p.add_argument("--part", choices=("replay", "live", "all"), default="all", help="run one half, keeping the other from --out")
+    p.add_argument("--rounds", type=int, default=19, help="replay rounds per seed")
+    p.add_argument("--jobs", type=int, default=83, help="replay probes per seed")
+    p.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS))
+    p.add_argument("--validation-seeds", type=int, nargs="+", default=list(VALIDATION_SEEDS))
+    p.add_argument("--live-rounds", type=int, default=30, help="live rounds (4 probes each)")
+    p.add_argument("--seed", type=int, default=0, help="the live run's seed")
     a = p.parse_args(argv)
-    result = {"benchmark": "placement", "replay": run_replay(a.rounds, a.jobs, a.seed)}
-    result["live"] = None if a.no_live else run_live(rounds=a.live_rounds, seed=a.seed)
-    write(a.out, result)
+    out = Path(a.out)
+    old = json.loads(out.read_text()) if out.is_file() and a.part != "all" else {}
+    result = {"benchmark": "placement", "replay": old.get("replay"), "live": old.get("live")}
+    if a.part in ("replay", "all"):
+        result["replay"] = replay_part(a.rounds, a.jobs, a.eval_seeds, a.validation_seeds)
+    if a.part in ("live", "all"):
+        result["live"] = run_live(rounds=a.live_rounds, seed=a.seed)
+    write(out, result)
 
 
 if __name__ == "__main__":

@@ -85,9 +85,9 @@ def background_jobs(trace_name: str, cpus: int, start_offset_s: float, duration_
 
 def run_live(
     *,
-    rounds: int = 13,
+    rounds: int = 30,
     period_s: float = 8.0,
-    warmup_s: float = 20.0,
+    warmup_s: float = 60.0,
     compress: float = 1800.0,
     drain_timeout_s: float = 300.0,
     seed: int = 0,
@@ -152,7 +152,11 @@ def run_live(
                 chosen[policy] = choose(policy, ec.candidates, processors=ntasks).site
             for name in names:
                 chosen[f"fixed:{name}"] = choose("fixed_site", ec.candidates, home=name).site
-            decisions.append({"round": r, "time": t, "ntasks": ntasks, "run_s": run_s, "chosen": chosen})
+            shown = {
+                c.site: {"pending": c.pending, "idle_cpus": c.idle_cpus, "estimated_start_in_s": None if c.estimated_start is None else round(c.estimated_start - t, 2)}
+                for c in ec.candidates
+            }
+            decisions.append({"round": r, "time": t, "ntasks": ntasks, "run_s": run_s, "chosen": chosen, "shown": shown})
             for name in names:
                 req = skills.ResourceRequest(name=f"probe{r}", command=spec.command, ntasks=ntasks, walltime_s=60)
                 out = skills.submit_task(fed, skills.SubmitTaskInput(request=req, site=name))
@@ -201,6 +205,23 @@ def run_live(
         for p in policies:
             extra[p].append(ends[d["chosen"][p]] - fastest)
     per_policy = {p: summarize(extra[p], nontrivial, round_ids) for p in policies}
+    per_round = []
+    for i, d in enumerate(complete_rounds):
+        ends = {n: end[(d["round"], n)] for n in names}
+        per_round.append({
+            "round": d["round"], "ntasks": d["ntasks"], "run_s": round(d["run_s"], 2), "chosen": d["chosen"], "shown": d["shown"],
+            "completion_after_decision_s": {n: round(ends[n] - d["time"], 2) for n in names},
+            "extra_s": {p: round(extra[p][i], 2) for p in policies},
+        })
+    differ = [i for i, d in enumerate(complete_rounds) if d["chosen"]["earliest_completion"] != d["chosen"]["least_pending"]]
+    ec_vs_lp = {
+        "rounds_differ": len(differ),
+        "rounds": [complete_rounds[i]["round"] for i in differ],
+        "mean_extra_s_on_those": {p: float(np.mean([extra[p][i] for i in differ])) if differ else None for p in ("earliest_completion", "least_pending", "idle_first")},
+        "earliest_completion_better": int(sum(extra["earliest_completion"][i] < extra["least_pending"][i] for i in differ)),
+        "least_pending_better": int(sum(extra["earliest_completion"][i] > extra["least_pending"][i] for i in differ)),
+    } if complete_rounds else None
+    waited = {n: float(np.mean([r["completion_after_decision_s"][n] - r["run_s"] for r in per_round])) if per_round else None for n in names}
     fixed = {p: per_policy[p]["mean_extra_s"]["value"] for p in policies if p.startswith("fixed:")}
     return {
         "rounds": len(complete_rounds),
@@ -208,6 +229,9 @@ def run_live(
         "nontrivial_share": float(np.mean(nontrivial)) if nontrivial else None,
         "policies": per_policy,
         "best_fixed_site": min(fixed, key=fixed.get).split(":", 1)[1] if fixed else None,
+        "earliest_completion_vs_least_pending": ec_vs_lp,
+        "mean_wait_s": waited,
+        "per_round": per_round,
         "continuation": {
             "median_s": statistics.median(latencies) if latencies else None,
             "p95_s": float(np.percentile(latencies, 95)) if latencies else None,

@@ -410,3 +410,49 @@ def test_forward_simulation_with_requested_walltimes_and_qbets_floor():
     # the QBETS floor applies only when the probe does not fit now; past waits here are all 0
     assert QueuePredictor(history="qbets").predict_start(obs, 6, 100) == 1150
     assert QueuePredictor(history="qbets").predict_start(obs, 2, 100) == 1000
+
+
+def test_fits_now_trusts_the_free_processors_only_where_the_probe_fits():
+    site = tiny_site()
+    obs = site.observe(1000.0)  # 2 free; P (5 procs) pending
+    fits = QueuePredictor(fits_now=True, pending_start="next_release")
+    assert fits.predict_start(obs, 2, 1000) == 1000  # fits now: starts now even though its hole is planned shorter
+    assert fits.predict_start(obs, 4, 100) == QueuePredictor(pending_start="next_release").predict_start(obs, 4, 100) == 1100
+
+
+def test_tuning_grid_and_tune_use_validation_weeks_only(monkeypatch):
+    grid = pr.tuning_grid()
+    assert len(grid) == 32 and all(n.startswith("earliest_completion|") for n in grid)
+    seen = []
+    real = pr.evaluate_seeds
+    monkeypatch.setattr(pr, "evaluate_seeds", lambda *a, **k: seen.append(k["split"]) or real(*a, **k))
+    small = dict(list(grid.items())[:2])
+    r = pr.tune(2, 8, seeds=[1], grid=small)
+    assert seen == ["validation"] and r["chosen_name"] in small and len(r["table"]) == 2
+    assert r["table"][0]["score"] <= r["table"][1]["score"]
+    assert {b["policy"] for b in r["baselines"]} >= {"idle_first", "least_pending"}
+
+
+def test_validation_and_evaluation_weeks_are_disjoint_at_every_site():
+    sites = pr.load_sites()
+    for s in sites.values():
+        weeks = pr.week_mondays(s)
+        val, ev = set(pr.split_mondays(weeks, "validation")), set(pr.split_mondays(weeks, "evaluation"))
+        assert val and ev and not (val & ev) and val | ev == set(weeks) and max(val) < min(ev)
+    rounds, _ = pr.sample_rounds(sites, 3, 12, np.random.default_rng(100), split="evaluation")
+    for rnd in rounds:
+        for n, s in sites.items():
+            assert rnd["week_of"][n] in {d.isoformat() for d in pr.split_mondays(pr.week_mondays(s), "evaluation")}
+
+
+def test_paired_differences_are_per_seed_method_minus_baseline():
+    r = pr.run_replay(2, 8, seeds=[100, 101], n_resamples=20, include_probes=True)
+    pair = r["paired"]["earliest_completion-vs-idle_first"]
+    for seed_i, seed in enumerate(r["eval_seeds"]):
+        probes = [p for p in r["probes"] if p["seed"] == seed]
+        d = np.mean([p["extra_s"]["earliest_completion"] for p in probes]) - np.mean([p["extra_s"]["idle_first"] for p in probes])
+        assert pair["mean_extra_diff_per_seed"][seed_i] == pytest.approx(d)
+    lo, hi = pair["mean_extra_diff_ci95"]
+    assert lo <= pair["mean_extra_diff_mean"] <= hi
+    assert set(r["paired"]) >= {"earliest_completion-vs-idle_first", "earliest_completion-vs-best_fixed"}
+    assert all(k in pair for k in ("mean_extra_diff_ci95", "p90_extra_diff_ci95"))

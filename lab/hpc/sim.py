@@ -780,6 +780,7 @@ class QueuePredictorConfig(BaseModel):
     history_confidence: float = Field(0.95, gt=0, lt=1, description="QBETS' confidence level")
     history_lookback_s: float = Field(7 * DAY, gt=0)
     down_penalty_s: float = Field(6 * _HOUR, ge=0)
+    fits_now: bool = Field(False, description="a probe that fits in the processors free now is predicted to start now")
 
     @field_validator("ratio_clip")
     @classmethod
@@ -824,6 +825,11 @@ class QueuePredictor:
        (:func:`qbets_bound`, confidence ``history_confidence``) on that percentile of the real
        waits of the jobs that ended in the telemetry window, applied only when the probe does not
        fit in the processors free now.
+    8. Optionally (``fits_now=True``) a probe that fits in the processors free now (the site not known
+       to be down) is predicted to start now, as a scheduler starts (backfills) a job that fits at once;
+       the plan of steps 2-7 is used only for sites where it does not fit. (The plan reserves holes for
+       every pending job first, which on a large machine whose queue waits for big allocations wrongly
+       delays a small probe the real scheduler would backfill.)
 
     Parameters
     ----------
@@ -935,6 +941,8 @@ class QueuePredictor:
 
         Pass ``profile=self.plan(obs)`` to reuse one plan for several probes at the same site and time.
         """
+        if self.fits_now and obs.free >= processors:
+            return float(obs.time)
         profile = self.plan(obs) if profile is None else profile
         d = self.probe_duration_s(obs, requested_time)
         start = profile.earliest_start(processors, d)
