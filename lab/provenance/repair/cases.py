@@ -54,7 +54,8 @@ class GeneratorKnobs(BaseModel):
 @dataclass
 class Case:
     """One benchmark case: the ``program``; the faulty world (``env``, ``store`` before the run) and the clean
-    one (``clean_env``, ``clean_store``); the diagnosed ``faulty`` ids -> failure type; ``meta``."""
+    one (``clean_env``, ``clean_store``); the diagnosed ``faulty`` ids -> failure type; ``meta``; ``inject``:
+    memory writes the failed run corrupts (``{record id: value}``, the stress test's poisoned writes)."""
 
     id: str
     domain: str
@@ -66,6 +67,7 @@ class Case:
     clean_store: DictMemoryStore
     faulty: dict[str, str]
     meta: dict[str, Any] = field(default_factory=dict)
+    inject: dict[str, Any] = field(default_factory=dict)
 
 
 def _prior(store: DictMemoryStore, key: str, value: Any, t: int, tag: str = "") -> str:

@@ -109,6 +109,12 @@ class ToolEnv:
                 return copy.deepcopy(self.overrides[call_key])
             return copy.deepcopy(tool.fn(self.db, args))
         table = self.db.setdefault(tool.table, {})
+        if tool.id_arg is None:  # a call that creates its own row (a booking, a certificate), keyed by the effect
+            eid = effect_id or f"effect{len(self.journal)}"
+            row = eid.split("@")[0]  # a replayed call creates the row its first execution created
+            table[row] = {"call": name, **copy.deepcopy(args)}
+            self.journal.append(Effect(eid, name, copy.deepcopy(args), tool.table, row, {"__created__": True}, tool.reversible))
+            return copy.deepcopy(table[row])
         row_id = str(args.get(tool.id_arg))
         if row_id not in table:
             raise RepairError(f"{self.domain}: {name} names {tool.id_arg}={row_id!r}, which {tool.table} does not hold", step=effect_id)
@@ -134,6 +140,10 @@ class ToolEnv:
             if e.id == effect_id:
                 if not e.reversible:
                     raise IrreversibleEffectError(f"effect {effect_id} ({e.tool}) cannot be undone", step=effect_id)
+                if e.before.get("__created__"):
+                    del self.db[e.table][e.row]
+                    del self.journal[i]
+                    return
                 row = self.db[e.table][e.row]
                 for f, v in e.before.items():
                     if v is None:

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from lab.provenance.errors import RepairError
 from lab.provenance.repair.cases import Case
 from lab.provenance.repair.planner import PlannerRules
 from lab.provenance.repair.replay import BASELINES, RepairResult, repair, run_baseline
@@ -55,12 +56,13 @@ class CaseScore:
     replay_steps: int
     steps: int
     irreversible: int
+    refused: str = ""
 
 
 def run_failed(case: Case) -> Outcome:
     """The failed run: the policy on the faulty world (copies; the case is not changed)."""
     env, store = case.env.copy(), case.store.copy()
-    trace = run_program(case.program, env, store)
+    trace = run_program(case.program, env, store, inject=case.inject)
     return Outcome(trace, store, env, None)
 
 
@@ -90,7 +92,12 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
     oracle = oracle or run_oracle(case)
     env, store = failed.env.copy(), failed.store.copy()
     benign = [r for r in store.records() if r.status == "active" and r.id not in case.faulty and oracle.store.active().get(r.key) == r.value]
-    res = fn(case.program, failed.trace, store, env, dict(case.faulty))
+    try:
+        res = fn(case.program, failed.trace, store, env, dict(case.faulty))
+        refused = ""
+    except RepairError as e:  # the repair refused; store and environment are as the failed run left them
+        res = RepairResult(failed.trace.answer, failed.trace, store, env, None)
+        refused = f"{type(e).__name__}: {e}"
     active = store.active()
     answer_ok = res.answer == oracle.trace.answer
     state_ok = env.outcome() == oracle.env.outcome()
@@ -111,7 +118,7 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
     return CaseScore(
         case.id, case.domain, case.failure, answer_ok and state_ok and memory_ok, answer_ok, state_ok, memory_ok,
         follow != oracle.follow, removed, kept / len(benign) if benign else 1.0,
-        len(must & pred), len(pred - must), len(must - pred), res.replay_steps, len(case.program.steps), len(res.irreversible),
+        len(must & pred), len(pred - must), len(must - pred), res.replay_steps, len(case.program.steps), len(res.irreversible), refused,
     )
 
 
@@ -160,4 +167,5 @@ def summarise(rows: list[CaseScore], *, boot: int = 1000, seed: int = 0) -> dict
         "replay_fraction": round(sum(r.replay_steps for r in rows) / sum(r.steps for r in rows), 4), "replay_fraction_ci": [round(fracs[lo], 4), round(fracs[hi], 4)],
         "answer_ok": round(sum(r.answer_ok for r in rows) / n, 4), "state_ok": round(sum(r.state_ok for r in rows) / n, 4), "memory_ok": round(sum(r.memory_ok for r in rows) / n, 4),
         "irreversible_effects": sum(r.irreversible for r in rows),
+        "refused": sum(bool(r.refused) for r in rows),
     }

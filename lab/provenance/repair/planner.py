@@ -202,7 +202,7 @@ def _replay_set(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Plan, 
     tainted = {s.step for s in trace.steps if s.step in plan.tainted and (not s.produces or any(p in plan.invalid for p in s.produces))}
     if rules.replay == "suffix":
         first = min((order.index(t) for t in tainted), default=len(order))
-        return order[first:] if tainted else answer
+        return _prerequisites(program, trace, g, plan, set(order[first:]) | set(answer))
     # answer relevance: steps whose products reach the answer through cite/produce
     dep = nx.DiGraph()
     for s in trace.steps:
@@ -224,7 +224,13 @@ def _replay_set(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Plan, 
         for s in trace.steps:
             if s.step in tainted and any(p in plan.invalid and g.nodes[p]["type"] == "memory" for p in s.produces):
                 chosen.add(s.step)
-    # prerequisites: a chosen step reading a key whose every writer's record is invalid needs its latest writer
+    return _prerequisites(program, trace, g, plan, chosen)
+
+
+def _prerequisites(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Plan, chosen: set[str]) -> list[str]:
+    """``chosen`` plus, transitively, the latest earlier writer of every key a chosen step reads that no
+    longer resolves (its records invalid, none reinstated), in trace order."""
+    order = [s.id for s in program.steps]
     writers: dict[str, list[str]] = {}
     for spec in program.steps:
         for k in spec.keys_written():

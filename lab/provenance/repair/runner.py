@@ -182,6 +182,8 @@ def _derive(fn: str | None, values: list[Any], table: str = "") -> Any:
         return values[0]
     if fn == "concat":
         return " ".join(str(v) for v in values)
+    if fn == "calc":  # an arithmetic expression, numbers filled in from the inputs
+        return _calc(table.format(*values))
     if fn == "map":  # a policy table, JSON in the step's template
         return json.loads(table)[str(values[0])]
     if fn == "inc":
@@ -192,6 +194,27 @@ def _derive(fn: str | None, values: list[Any], table: str = "") -> Any:
         d = nums[0] - nums[1]
         return int(d) if d == int(d) else round(d, 2)
     raise MissingProvenanceError(f"unknown derive function {fn!r}", step=None)
+
+
+def _calc(expr: str) -> Any:
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)):
+            return n.value
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
+            return ops[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and type(n.op) in ops:
+            return ops[type(n.op)](ev(n.operand))
+        raise MissingProvenanceError(f"calculate: {expr!r} is not plain arithmetic", step=None)
+
+    v = ev(ast.parse(expr, mode="eval"))
+    return int(v) if float(v) == int(v) else round(float(v), 2)
 
 
 def _text(template: str, values: list[Any]) -> str:
@@ -308,11 +331,17 @@ def _latest(trace: Trace, step_id: str) -> str | None:
     return None
 
 
-def run_program(program: Program, env: ToolEnv, store: MemoryStore) -> Trace:
-    """Run every step of ``program`` in order (times 0, 1, ...) and return the :class:`Trace`."""
+def run_program(program: Program, env: ToolEnv, store: MemoryStore, *, inject: dict[str, Any] | None = None) -> Trace:
+    """Run every step of ``program`` in order (times 0, 1, ...) and return the :class:`Trace`.
+
+    ``inject`` (benchmark fault injection): ``{record id: value}``; right after the step that writes such a
+    record, its value is overwritten (a corrupted memory write; ``store`` must have ``inject``)."""
     trace = Trace(program.run, program.domain)
     for t, spec in enumerate(program.steps):
-        execute_step(spec, env, store, trace, time=t)
+        rec = execute_step(spec, env, store, trace, time=t)
+        for p in rec.produces:
+            if inject and p in inject:
+                store.inject(p, inject[p])
     return trace
 
 

@@ -158,6 +158,12 @@ class DictMemoryStore:
                 out[r.key] = cur.value
         return out
 
+    def inject(self, record_id: str, value: Any) -> MemoryRecord:
+        """Overwrite a record's value in place (benchmark fault injection only: a corrupted memory write)."""
+        r = replace(self.get(record_id), value=value)
+        self._records[record_id] = r
+        return r
+
     def snapshot(self) -> dict[str, MemoryRecord]:
         return dict(self._records)
 
