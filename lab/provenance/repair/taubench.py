@@ -86,7 +86,15 @@ def program_from_trajectory(t: dict, run: str) -> tuple[Program, dict[str, Any],
     """
     traj = t["traj"]
     results: dict[str, Any] = {}
-    by_id = {m.get("tool_call_id"): (k, m) for k, m in enumerate(traj) if m.get("role") == "tool"}
+    def answers(k: int) -> dict:
+        """The tool messages answering assistant message ``k``: those right after it (the recorded runs reuse
+        call ids, so an id is matched only there)."""
+        out, i = {}, k + 1
+        while i < len(traj) and traj[i].get("role") == "tool":
+            out.setdefault(traj[i].get("tool_call_id"), (i, traj[i]))
+            i += 1
+        return out
+
     latest: dict[str, str] = {}  # string value -> memory key
     steps: list[StepSpec] = []
     n_claim = 0
@@ -112,6 +120,7 @@ def program_from_trajectory(t: dict, run: str) -> tuple[Program, dict[str, Any],
     for k, m in enumerate(traj):
         if m.get("role") != "assistant":
             continue
+        by_id = answers(k)
         for j, tc in enumerate(m.get("tool_calls") or []):
             name = tc["function"]["name"]
             try:
