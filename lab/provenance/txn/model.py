@@ -324,27 +324,47 @@ def _swap(recs):
     return tuple(None if r is None else (r[0], r[1], r[2], (1 - r[3]) if r[0] < ACT_REV else r[3], r[4], r[5]) for r in recs)
 
 
+def _code(r) -> int:
+    return 0 if r is None else (r[0] + 1) | r[1] << 3 | r[2] << 6 | r[3] << 10 | r[4] << 11 | r[5] << 12
+
+
+_CODES: dict = {None: (0, 0)}  # record tuple -> (its 13-bit code, its slot-swapped code); at most a few thousand
+
+
+def _codes(r):
+    c = _CODES.get(r)
+    if c is None:
+        sw = None if r is None else (r[0], r[1], r[2], (1 - r[3]) if r[0] < ACT_REV else r[3], r[4], r[5])
+        c = _CODES[r] = (_code(r), _code(sw))
+    return c
+
+
 def canonical(state):
     """The canonical representative: transactions sorted, and of the state and its slot swap the one whose
-    packed form is smaller. Returns ``(state, packed)``."""
+    packed form is smaller. Returns ``(state, packed)`` (the packed int is what the visited set holds)."""
     recs, txs = state
     txs = tuple(sorted(txs))
-    a = (recs, txs)
-    b = (_swap(recs), txs)
-    ka, kb = _pack(a), _pack(b)
-    return (a, ka) if ka <= kb else (b, kb)
+    tv = 0
+    for m, sn, st, ac in txs:
+        tv = tv << 14 | m | sn << 2 | st << 6 | ac << 10
+    ka = kb = 0
+    for r in recs:
+        ca, cb = _CODES.get(r) or _codes(r)
+        ka = ka << 13 | ca
+        kb = kb << 13 | cb
+    shift = 14 * len(txs)
+    ka, kb = ka << shift | tv, kb << shift | tv
+    return ((recs, txs), ka) if ka <= kb else ((_swap(recs), txs), kb)
 
 
 def _pack(state) -> int:
-    """A canonical state as one int (the visited set holds millions of them)."""
+    """A state as one int (no canonicalisation)."""
     recs, txs = state
     v = 0
     for r in recs:
-        v <<= 13
-        if r is not None:
-            v |= (r[0] + 1) | r[1] << 3 | r[2] << 6 | r[3] << 10 | r[4] << 11 | r[5] << 12
-    for m, s, st, a in txs:
-        v = v << 14 | m | s << 2 | st << 6 | a << 10
+        v = v << 13 | _code(r)
+    for m, sn, st, ac in txs:
+        v = v << 14 | m | sn << 2 | st << 6 | ac << 10
     return v
 
 
@@ -442,6 +462,7 @@ class EnumerationResult:
     examples: list = field(default_factory=list)
     seconds: float = 0.0
     per_depth: list = field(default_factory=list)
+    level_seconds: list = field(default_factory=list)
 
     @property
     def states_per_s(self) -> float:
@@ -451,6 +472,8 @@ class EnumerationResult:
         return {"records": self.records, "txs": self.txs, "depth": self.depth, "variant": self.variant, "states": self.states,
                 "transitions": self.transitions, "violations": self.violations, "seconds": round(self.seconds, 2),
                 "states_per_s": round(self.states_per_s, 1), "per_depth": self.per_depth,
+                "cumulative_states": [sum(self.per_depth[: i + 1]) for i in range(len(self.per_depth))],
+                "cumulative_seconds": [round(sum(self.level_seconds[:i]), 2) for i in range(len(self.per_depth))],
                 "examples": [{"violation": m, "trace": [list(map(str, a)) for a in tr]} for m, tr in self.examples]}
 
 
@@ -525,6 +548,7 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
                     pred[c] = (s, a)
                 nxt.append(c)
         res.per_depth.append(len(nxt))
+        res.level_seconds.append(time.perf_counter() - t0 - sum(res.level_seconds))
         frontier = nxt
     res.states = len(visited)
     res.seconds = time.perf_counter() - t0

@@ -521,10 +521,13 @@ class MemTXStore:
             steps.append(CascadeStep(rid, typ(rid), old, new, why))
 
         for rid, new in roots.items():
+            why = None
+            if isinstance(new, tuple):  # (state, the pipeline's reason) for a record that failed its commit
+                new, why = new
             if typ(rid) == RecordType.TOOL_ACTION:
                 self._repair_action(rid, seq, tx, audit, comp, move)
             else:
-                move(rid, new, reason if new == State.REVOKED else Reason.QUARANTINED_FOR_REBUILD)
+                move(rid, new, why or (reason if new == State.REVOKED else Reason.QUARANTINED_FOR_REBUILD))
         self.db.x(f"DELETE FROM pending WHERE id IN ({','.join('?' * len(roots))})", list(roots))
         if self.features.cascade:
             for d in self._descendants(list(roots)):
@@ -950,7 +953,7 @@ class Transaction:
                             self.store._set_state(o.record, State.ACTION_SAFE, "external_action", seq, self.id, audit)
                     status = "committed"
                 else:
-                    roots = {o.record: (State.QUARANTINED if o.record in failed else State.REVOKED) for o in outcomes}
+                    roots = {o.record: ((State.QUARANTINED, o.reason) if o.record in failed else State.REVOKED) for o in outcomes}
                     roots.update({a: State.REVOKED for a in self._actions()})
                     cascade = self.store._cascade(roots, Reason.TRANSACTION_ABORTED, seq, self.id, audit, comp)
                     outcomes = [o if o.record in failed else replace(o, state=State.REVOKED, reason=Reason.TRANSACTION_ABORTED, check="abort") for o in outcomes]
