@@ -228,3 +228,19 @@ def test_transitions_are_mirrored_to_the_provenance_graph(store, tmp_path):
     assert len(graph.history("g1")) == len(store.history("g1"))
     assert store.mirror(graph) == 0  # idempotent
     graph.close()
+
+
+def test_private_records_are_read_by_owner_and_readers_only(store):
+    tx = store.begin("alice")
+    tx.stage(rec("card", ent="u1", attr="card", val="4111", scope="private", owner="alice", readers=("support",)))
+    tx.commit()
+    assert [v.id for v in store.begin("alice").read("u1")] == ["card"]
+    assert [v.id for v in store.begin("support").read("u1")] == ["card"]
+    assert store.begin("mallory").read("u1") == []
+
+
+def test_a_quarantined_record_keeps_its_pipeline_reason(store):
+    _commit_one(store, rec("base", ent="z", val="A", auth=0.7))
+    _commit_one(store, rec("rival", ent="z", val="B", auth=0.7, src="other"))
+    assert store.history("rival")[-1][1:] == (State.QUARANTINED, "equal_authority_conflict")
+    assert any(a["op"] == "transition" and a["record"] == "rival" and a["reason"] == "equal_authority_conflict" for a in store.audit("rival"))
