@@ -45,6 +45,9 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     policy : AccessPolicy, optional
     decisions : mapping of action id to GateDecision, optional
         Gate decisions shown on the action nodes.
+    repair : mapping, optional
+        A repair's marks (:func:`lab.provenance.repair.view.repair_overlay`): deactivated records faded,
+        replayed steps with a purple border, the support path that kept a record in green.
 
     Synced traits: ``elements`` (from :func:`lab.provenance.view.explorer_elements`), ``selected``
     (a node id; a click in the browser sets it), ``filters`` (``types``/``agents``/``scopes``
@@ -82,9 +85,11 @@ class ProvenanceExplorer(anywidget.AnyWidget):
         agent: str | None = None,
         policy: AccessPolicy | None = None,
         decisions: Mapping[str, GateDecision] | None = None,
+        repair: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
         self.graph, self.run, self.agent = graph, run, agent
+        self.repair = dict(repair) if repair else None  # lab.provenance.repair.view.repair_overlay: marks drawn over the run
         self.policy = policy or (AccessPolicy(graph) if agent is not None else None)
         self.decisions = dict(decisions or {})
         super().__init__(**kwargs)
@@ -93,6 +98,10 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Recompute the elements from the graph's current state (filters reset to show everything)."""
         els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
+        if self.repair:
+            from lab.provenance.repair.view import apply_repair
+
+            els = apply_repair(els, self.repair)
         rows = timeline(self.graph, [n["data"]["id"] for n in els["nodes"]])
         with self.hold_sync():  # one message: the front end redraws with the new elements' visible ids
             self.timeline = rows

@@ -114,6 +114,11 @@ function styles(enc, big) {
   for (const key of ["gate_block", "gate_allow", "gate_confirm"]) {
     if (borders[key]) s.push({ selector: `node.${key}`, style: { "border-style": "double", "border-width": 6, "border-color": borders[key].color } });
   }
+  // marks that carry their own cytoscape style (e.g. a repair's deactivated / replayed / support-path marks)
+  for (const [key, b] of Object.entries(borders)) {
+    if (b.style) s.push({ selector: `node.${key}`, style: b.style });
+    if (b.edge_style) s.push({ selector: `edge.${key}`, style: b.edge_style });
+  }
   s.push(
     { selector: ".hidden", style: { display: "none" } },
     { selector: ".faded", style: { opacity: 0.25 } },
@@ -515,7 +520,7 @@ function render({ model, el }) {
     style.push({ selector: "node.match-hover", style: { "underlay-color": "#1f77b4", "underlay-opacity": 0.5, "underlay-padding": 8 } });
     cy = cytoscape({
       container: cyBox,
-      elements: { nodes, edges: els.edges },
+      elements: { nodes, edges: els.edges.map((e) => ({ data: e.data, classes: (e.data.marks || []).join(" ") })) },
       style,
       layout,
       wheelSensitivity: 0.3,
