@@ -9,7 +9,9 @@ videos from the same seeded noise (video ``i``'s control / expert noise is drawn
 
 Modes (``results`` rows): ``control_expert_alone`` (8 Euler/DDIM steps, flow_sigma), ``spatial_expert_alone``
 and ``temporal_expert_alone`` (100 DDIM steps each, their own schedules), ``confiner_coordinated`` (4 + 5
-steps, T_e = 100, the paper's defaults, not tuned), ``confiner_coordinated_18`` (8 + 10), ``confiner_spatial_only``,
+steps; T_e in {50, 100, 200} and the re-noising ``eps`` of Eqs. 9/11 -- a fresh Gaussian draw or the previous
+expert's predicted noise -- chosen on the validation frames, :func:`select`), ``confiner_coordinated_18`` (8 + 10),
+``confiner_coordinated_other_renoise`` (the reading not chosen), ``confiner_spatial_only``,
 ``confiner_temporal_only``, ``confiner_naive_alternation`` (Eq. 7, 4 + 15 steps: the coordinated NFE); and
 two reference rows, ``real_heldout`` (test-split clips, stride 1: the ceiling) and ``static_real_frame``
 (a naive floor: one held-out real frame repeated 8 times, which scores perfect consistency and smoothness
@@ -44,7 +46,7 @@ from lab.generative.video.experts import load_expert
 
 FRAMES, SIZE, BATCH = 8, 16, 16
 MODES = ["control_expert_alone", "spatial_expert_alone", "temporal_expert_alone", "confiner_coordinated",
-         "confiner_coordinated_18", "confiner_spatial_only", "confiner_temporal_only", "confiner_naive_alternation",
+         "confiner_coordinated_18", "confiner_coordinated_other_renoise", "confiner_spatial_only", "confiner_temporal_only", "confiner_naive_alternation",
          "real_heldout", "static_real_frame"]
 LONG = {"all_strategies": (True, True, True), "none": (False, False, False), "no_consistency_init": (False, True, True),
         "no_coherence_guidance": (True, False, True), "no_staggered": (True, True, False)}
@@ -54,7 +56,24 @@ def _noise(i0: int, n: int, seed: int) -> torch.Tensor:
     return torch.stack([torch.randn((FRAMES, SIZE, SIZE), generator=torch.Generator().manual_seed(seed + i)) for i in range(i0, i0 + n)])
 
 
-def generate(mode: str, ex: dict, n: int, seed: int):
+def select(ex: dict, enc, seed: int, n: int = 32) -> dict:
+    """Choose the coordinated mode's re-noising reading and T_e on the **validation** split: the lowest Frechet
+    distance to the val frames over ``n`` videos from seeds ``seed + 10000 ...`` (not the test videos' seeds)."""
+    val_feats = metrics.features(enc, datasets.frames("val", SIZE)[:, 0].unsqueeze(0)).numpy()[0]
+    z = _noise(10_000, n, seed)
+    grid = []
+    for renoise in ("fresh", "predicted"):
+        for t_e in (50, 100, 200):
+            g = cf.confiner(z, ex["control"], ex["spatial"], ex["temporal"], 4, 5, t_e, "coordinated", seed=seed + 10_000, renoise=renoise)
+            f = metrics.features(enc, g.video.clamp(-1, 1))
+            grid.append({"renoise": renoise, "t_e": t_e, "val_frame_quality": metrics.frechet_distance(f.flatten(0, 1).numpy(), val_feats),
+                         "val_subject_consistency": float(metrics.subject_consistency(f).mean())})
+    best = min(grid, key=lambda r: r["val_frame_quality"])
+    return {"rule": "lowest Frechet distance to the validation frames, 32 videos (seeds 10000+), 4 + 5 steps",
+            "grid": grid, "chosen": {"renoise": best["renoise"], "t_e": best["t_e"]}}
+
+
+def generate(mode: str, ex: dict, n: int, seed: int, chosen: dict | None = None):
     """(videos (n, F, H, W), nfe per video, seconds per video of each batch)."""
     if mode == "real_heldout":
         v = datasets.clips("test", FRAMES, SIZE, stride=1)
@@ -70,10 +89,14 @@ def generate(mode: str, ex: dict, n: int, seed: int):
         if mode.endswith("_alone"):
             g = cf.sample_expert(ex[mode.split("_")[0]], z)
         else:
+            chosen = chosen or {"renoise": "fresh", "t_e": 100}
+            other = "predicted" if chosen["renoise"] == "fresh" else "fresh"
             kw = {"confiner_coordinated": ("coordinated", 4, 5), "confiner_coordinated_18": ("coordinated", 8, 10),
+                  "confiner_coordinated_other_renoise": ("coordinated", 4, 5),
                   "confiner_spatial_only": ("spatial_only", 4, 5), "confiner_temporal_only": ("temporal_only", 4, 5),
                   "confiner_naive_alternation": ("naive_alternation", 4, 5)}[mode]
-            g = cf.confiner(z, ex["control"], ex["spatial"], ex["temporal"], kw[1], kw[2], 100, kw[0], seed=seed + i0)
+            ren = other if mode == "confiner_coordinated_other_renoise" else chosen["renoise"]
+            g = cf.confiner(z, ex["control"], ex["spatial"], ex["temporal"], kw[1], kw[2], chosen["t_e"], kw[0], seed=seed + i0, renoise=ren)
         vids.append(g.video.clamp(-1, 1))
         secs.append(g.seconds / b)
         nfe = g.nfe
@@ -105,6 +128,7 @@ def main(argv=None) -> None:
     p.add_argument("--no-long", action="store_true")
     p.add_argument("--only-long", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reselect", action="store_true", help="redo the validation selection of T_e / re-noising")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(a.out)
@@ -113,8 +137,12 @@ def main(argv=None) -> None:
     real_frames = datasets.frames("test", SIZE)
     real_feats = metrics.features(enc, real_frames[:, 0].unsqueeze(0)).numpy()[0]
     ex = {k: load_expert(k) for k in ("control", "spatial", "temporal")}
+    if "selection" not in doc or a.reselect:
+        doc["selection"] = select(ex, enc, a.seed)
+        print(json.dumps(doc["selection"]["chosen"]), flush=True)
+    chosen = doc["selection"]["chosen"]
     for mode in ([] if a.only_long else a.modes):
-        v, nfe, secs = generate(mode, ex, a.videos, a.seed)
+        v, nfe, secs = generate(mode, ex, a.videos, a.seed, chosen)
         row = {"mode": mode, "videos": int(v.shape[0]), "nfe": {"mean": nfe, "ci95": [nfe, nfe], "n": int(v.shape[0])},
                "s_per_video": metrics.mean_ci(secs), **score(v, enc, real_feats, real_frames, a.seed)}
         doc["results"] = [r for r in doc["results"] if r["mode"] != mode] + [row]
@@ -127,6 +155,7 @@ def main(argv=None) -> None:
             flick, sc, secs = [], [], []
             for i in range(a.long_videos):
                 g = cf.confiner_long(64, ex["control"], ex["spatial"], ex["temporal"], FRAMES, SIZE, seed=a.seed + i,
+                                     t_e=chosen["t_e"], renoise=chosen["renoise"],
                                      consistency_init=ci, coherence_guidance=cg, staggered=st)
                 f = metrics.features(enc, g.video.clamp(-1, 1))
                 flick.append(float(metrics.seam_flicker(f, FRAMES)[0]))
@@ -138,7 +167,8 @@ def main(argv=None) -> None:
             doc["long"] = [r for r in doc["long"] if r["config"] != name] + [row]
             print(json.dumps({"long": name, "flicker": round(row["seam_flicker"]["mean"], 3), "nfe": g.nfe}), flush=True)
             out.write_text(json.dumps(doc, indent=1))
-    doc["setup"] = {"frames": FRAMES, "size": SIZE, "videos_per_mode": a.videos, "seed": a.seed, "t_e": 100,
+    doc["setup"] = {"frames": FRAMES, "size": SIZE, "videos_per_mode": a.videos, "seed": a.seed, "t_e": chosen["t_e"],
+                    "renoise": chosen["renoise"],
                     "encoder": "shipped FrameEncoder (lab/generative/weights/video/encoder.json): autoencoder, 1500 steps on the training frames, seed 0",
                     "conditioning": "unconditional (no text encoder offline)",
                     "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1,

@@ -63,6 +63,10 @@ DRAWN = {
         "() => Array.from(document.querySelectorAll('img.lab-rd-image'))"
         ".filter(i => i.offsetParent !== null && i.complete && i.naturalWidth > 0).length >= 4",
         "the restoration's four images, decoded", 300),
+    "08_video_demo.ipynb": (
+        "() => Array.from(document.querySelectorAll('img.lab-vd-video'))"
+        ".filter(i => i.offsetParent !== null && i.complete && i.naturalWidth > 0).length >= 5",
+        "the video demo's five videos, decoded", 300),
 }
 
 

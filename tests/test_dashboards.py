@@ -61,6 +61,13 @@ while _t.time() < _deadline and (_shown.result is None or _points(_shown) == 0):
     _t.sleep(0.5)
 assert _shown.result is not None and _points(_shown) > 0, "no restoration drawn in 180 s"
 """,
+    "08_video_demo.ipynb": """
+import time as _t
+_deadline = _t.time() + 240
+while _t.time() < _deadline and "lab-vd-row-real" not in _shown.table.value:
+    _t.sleep(0.5)
+assert _shown.table.value.count("<tr class=") == 5 and all(i.value for i in _shown.images.values()), "no videos drawn in 240 s"
+""",
 }
 
 

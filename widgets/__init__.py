@@ -15,6 +15,8 @@ nothing themselves.
   hyper-parameters in; degraded, restored, ground truth and Bayes ceiling with PSNR/SSIM out, and a scrubbable
   trajectory of a_hat, b_hat, b_bar, the defect terms and the measurement mismatch per step; an example gallery,
   a side-by-side compare of two methods and PNG downloads.
+* :class:`VideoDemo` -- ConFiner video generation (control, spatial and temporal experts, coordinated through x0):
+  the generated clip beside each expert alone and a real held-out clip, a frame scrubber and a metrics table.
 
 Building blocks the views share: :class:`~widgets.live_chart.LiveChart` (a plotly figure drawn whole from one
 synced dict), :class:`~widgets.sortable_table.SortableTable`, :class:`~widgets.download.DownloadButton`,
@@ -26,5 +28,6 @@ from widgets.provenance_explorer import ProvenanceExplorer
 from widgets.queue_dashboard import QueueDashboard
 from widgets.restoration_demo import RestorationDemo
 from widgets.training_monitor import TrainingMonitor
+from widgets.video_demo import VideoDemo
 
-__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "RestorationDemo", "TrainingMonitor"]
+__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "RestorationDemo", "TrainingMonitor", "VideoDemo"]

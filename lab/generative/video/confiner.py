@@ -25,10 +25,12 @@ Stages
        ``V'' = alpha_tk(S_t) x0_S + sigma_tk(S_t) eps`` (re-noise on the temporal schedule);
        ``x0_T = temporal(V'', t_k)``; ``V' = alpha_tk(S_s) x0_T + sigma_tk(S_s) eps`` (back on the spatial
        schedule); then the spatial expert's DDIM step from ``V'`` to ``t_{k-1}``: three calls per step.
-       The clean-sample estimate ``x0`` is the hinge between the two schedules. The ``eps`` of a
-       re-noising is the noise the previous expert predicted (``renoise="predicted"``, deterministic,
-       DDIM-consistent: with two identical experts the chain reduces to plain DDIM) or fresh Gaussian
-       noise (``renoise="fresh"``); the paper writes only ``eps``.
+       The clean-sample estimate ``x0`` is the hinge between the two schedules. The paper writes only
+       ``eps`` for the noise of a re-noising: a fresh Gaussian draw (``renoise="fresh"``, what a
+       diffusers ``scheduler.add_noise(x0, randn, t)`` does; :func:`confiner`'s default) or the noise the
+       previous expert predicted (``renoise="predicted"``: deterministic, DDIM-consistent, and with two
+       identical experts the chain reduces exactly to plain DDIM). The benchmark chooses between them
+       on the validation split (``benchmarks/video.py``).
    ``naive_alternation`` (Eq. 7, the paper's failing baseline)
        the experts take turns, one step each (spatial, temporal, spatial, ...), each treating the
        current sample as if it were on *its own* schedule at ``t_k`` (no hinge); by default it takes
@@ -167,7 +169,7 @@ def refine(x: torch.Tensor, t_e: int, steps: int, spatial: Expert, temporal: Exp
 
 
 def confiner(noise: torch.Tensor, control: Expert, spatial: Expert, temporal: Expert, control_steps: int = 4,
-             refine_steps: int = 5, t_e: int = 100, mode: str = "coordinated", seed: int = 0, renoise: str = "predicted",
+             refine_steps: int = 5, t_e: int = 100, mode: str = "coordinated", seed: int = 0, renoise: str = "fresh",
              callback=None) -> Generation:
     """ConFiner on a batch: control stage, structure noising to ``t_e`` (Eq. 6), refinement in ``mode``.
 
@@ -234,7 +236,7 @@ def _windows(n_frames: int, length: int, staggered: bool) -> list[tuple[int, int
 def confiner_long(n_frames: int, control: Expert, spatial: Expert, temporal: Expert, frames: int = 8, size: int = 16,
                   control_steps: int = 4, refine_steps: int = 5, t_e: int = 100, seed: int = 0,
                   consistency_init: bool = True, coherence_guidance: bool = True, staggered: bool = True,
-                  gamma: float = 0.1, batch: int = 1) -> Generation:
+                  gamma: float = 0.1, batch: int = 1, renoise: str = "fresh") -> Generation:
     """ConFiner-Long: a video of ``n_frames`` (a multiple of ``frames``, >= 2 segments) from segments of ``frames``.
 
     Strategies (each switchable, ConFiner Sec. 3.4):
@@ -250,7 +252,7 @@ def confiner_long(n_frames: int, control: Expert, spatial: Expert, temporal: Exp
         the temporal expert refines windows that straddle the control segments' seams,
         ``S_p[F/2:F] ++ S_n[0:F/2]`` (and the two half segments at the ends from the first and last
         window); off: windows equal the control segments. Refinement is coordinated (three calls per
-        step); the spatial expert runs frame-wise over the whole video.
+        step, re-noising as ``renoise``); the spatial expert runs frame-wise over the whole video.
 
     Returns
     -------
@@ -300,6 +302,6 @@ def confiner_long(n_frames: int, control: Expert, spatial: Expert, temporal: Exp
         return x0, ep
 
     n_sp0, n_t0 = spatial.nfe, temporal.nfe
-    out = refine(x, t_e, refine_steps, spatial, temporal, "coordinated", temporal_call=temporal_windows)
+    out = refine(x, t_e, refine_steps, spatial, temporal, "coordinated", renoise, g, temporal_call=temporal_windows)
     nfe += (spatial.nfe - n_sp0) * n_seg + (temporal.nfe - n_t0) * len(wins)
     return Generation(out, nfe, {"segments": n_seg, "windows": len(wins)}, time.perf_counter() - t_start, {"control": v0})
