@@ -244,3 +244,26 @@ def test_a_quarantined_record_keeps_its_pipeline_reason(store):
     _commit_one(store, rec("rival", ent="z", val="B", auth=0.7, src="other"))
     assert store.history("rival")[-1][1:] == (State.QUARANTINED, "equal_authority_conflict")
     assert any(a["op"] == "transition" and a["record"] == "rival" and a["reason"] == "equal_authority_conflict" for a in store.audit("rival"))
+
+
+def test_explorer_shows_lifecycle_and_cascade(tmp_path):
+    from lab.provenance.txn.view import lifecycle_elements
+    from widgets.provenance_explorer import ProvenanceExplorer
+
+    store = MemTXStore(":memory:")
+    store.register_tool("hold", irreversible=False, run=lambda a: None, compensate=lambda a: None)
+    _commit_one(store, rec("b", ent="e"))
+    _commit_one(store, rec("s", ent="e2", typ="summary", parents=["b"]))
+    act = store.begin("a").call_tool("hold", {"seat": 1}, uses=["s"]).action
+    graph = ProvenanceGraph(tmp_path / "g.db")
+    widget = ProvenanceExplorer(graph, memtx=store)
+    report = store.retract("b")
+    widget.refresh()
+    labels = {n["data"]["id"]: n["data"]["text"] for n in widget.elements["nodes"]}
+    assert labels["b"].startswith("[revoked]") and labels["s"].startswith("[quarantined]") and labels[act].startswith("[compensated]")
+    assert "invalid" in next(n for n in widget.elements["nodes"] if n["data"]["id"] == "s")["data"]["marks"]
+    els = lifecycle_elements(store, graph, report)
+    data = {n["data"]["id"]: n["data"] for n in els["nodes"]}
+    assert data["s"]["faded"] and data["s"]["lifecycle"] == "quarantined" and data[act]["effect"] == "compensated"
+    assert [s["record"] for s in els["cascade"]["steps"]] == ["b", "s", act]
+    graph.close()

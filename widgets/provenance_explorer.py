@@ -45,6 +45,10 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     policy : AccessPolicy, optional
     decisions : mapping of action id to GateDecision, optional
         Gate decisions shown on the action nodes.
+    memtx : lab.provenance.txn.MemTXStore, optional
+        Mirrored into ``graph`` on every :meth:`refresh`: labels start with each record's lifecycle state (an
+        action's ``compensated`` / ``LEAKED irreversible`` once a cascade repaired it); quarantined, superseded
+        and revoked records are drawn faded (``invalid``).
     repair : mapping, optional
         A repair's marks (:func:`lab.provenance.repair.view.repair_overlay`): deactivated records faded,
         replayed steps with a purple border, the support path that kept a record in green.
@@ -86,8 +90,10 @@ class ProvenanceExplorer(anywidget.AnyWidget):
         policy: AccessPolicy | None = None,
         decisions: Mapping[str, GateDecision] | None = None,
         repair: Mapping[str, Any] | None = None,
+        memtx: Any = None,
         **kwargs: Any,
     ):
+        self.memtx = memtx  # a lab.provenance.txn.MemTXStore, mirrored into graph on every refresh
         self.graph, self.run, self.agent = graph, run, agent
         self.repair = dict(repair) if repair else None  # lab.provenance.repair.view.repair_overlay: marks drawn over the run
         self.policy = policy or (AccessPolicy(graph) if agent is not None else None)
@@ -97,6 +103,8 @@ class ProvenanceExplorer(anywidget.AnyWidget):
 
     def refresh(self) -> None:
         """Recompute the elements from the graph's current state (filters reset to show everything)."""
+        if self.memtx is not None:
+            self.memtx.mirror(self.graph)
         els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
         if self.repair:
             from lab.provenance.repair.view import apply_repair

@@ -599,13 +599,25 @@ class MemTXStore:
         :class:`~lab.provenance.graph.ProvenanceGraph`: a record is a ``memory`` node (an ``action`` node for a
         ``tool_action``) whose ``attributes`` hold ``lifecycle`` (the state), ``memtx_type`` and ``reason``; each
         transition is a new node version (``graph.history``); ``derived_from`` parents become ``derived_from``
-        edges (``used`` from an action). Idempotent. Returns the number of transitions written.
+        edges (``used`` from an action). The node text starts with the state in brackets (an action's: ``compensated``
+        or ``LEAKED irreversible`` once repaired), so the explorer's labels show the lifecycle, and a node leaves
+        ``valid`` when quarantined, superseded or revoked, which the explorer draws faded. Idempotent. Returns the
+        number of transitions written.
         """
         from lab.provenance.graph import Edge, Node, NodeType, Relation
 
         with self.db.read():
             recs = {r.id: r for r in (_record(b) for (b,) in self.db.q("SELECT body FROM records ORDER BY ord"))}
             versions = self.db.q("SELECT id, n, seq, state, reason FROM versions ORDER BY seq, id, n")
+            effects = {i: st for i, st in self.db.q("SELECT id, status FROM effects")}
+
+        def text(r: Record, state: str) -> str:
+            """What the explorer labels the node with: the lifecycle state first, a repaired action's fate."""
+            if r.type == RecordType.TOOL_ACTION:
+                fate = {"compensated": "compensated", "leaked": "LEAKED irreversible"}.get(effects.get(r.id, ""), state)
+                return f"[{fate}] {r.tool}({json.dumps(r.value)})"
+            return f"[{state}] {r.type.value} {r.entity}.{r.attribute} = {json.dumps(r.value)}"
+
         written = 0
         with graph.transaction():
             for rid, n, seq, state, reason in versions:
@@ -614,7 +626,7 @@ class MemTXStore:
                     node = Node(
                         id=rid,
                         type=NodeType.ACTION if r.type == RecordType.TOOL_ACTION else NodeType.MEMORY,
-                        text=f"{r.entity}.{r.attribute} = {json.dumps(r.value)}" if r.type != RecordType.TOOL_ACTION else f"{r.tool}({json.dumps(r.value)})",
+                        text=text(r, state),
                         time=float(seq),
                         owner=r.permission.owner,
                         attributes={"lifecycle": state, "memtx_type": r.type.value, "reason": reason, "lifecycle_n": n, "scope": r.permission.scope.value,
@@ -630,8 +642,9 @@ class MemTXStore:
                 node = graph.node(rid)
                 if node.attributes.get("lifecycle_n", -1) >= n:
                     continue
-                graph.update_node(rid, reason=f"lifecycle {node.attributes.get('lifecycle')} -> {state}: {reason}",
-                                  attributes={**node.attributes, "lifecycle": state, "reason": reason, "lifecycle_n": n},
+                graph.update_node(rid, reason=f"lifecycle {node.attributes.get('lifecycle')} -> {state}: {reason}", text=text(r, state),
+                                  attributes={**node.attributes, "lifecycle": state, "reason": reason, "lifecycle_n": n,
+                                              "effect": effects.get(rid, "")},
                                   valid=State(state) not in (State.REVOKED, State.QUARANTINED, State.SUPERSEDED))
                 written += 1
         return written
