@@ -14,8 +14,8 @@ kind         src -> dst              from
 ``supersede`` memory -> memory       the new record superseded the old one
 ``derive``   memory -> record        a memory written from a tool result, or derived from the records its step read
 ``support``  record -> memory/claim  an earlier record (not the one it was written from) states the same value;
-                                     ``token``, the supporter's ``field`` and the ``target_field`` /
-                                     ``target_entity`` it backs are kept (the independent-support check decides
+                                     ``token``, the supporter's ``field`` and ``path`` and the
+                                     ``target_field`` / ``target_entity`` / ``target_path`` it backs are kept (the independent-support check decides
                                      whether the support counts)
 ============ ======================= ==========================================================================
 
@@ -64,6 +64,20 @@ def leaves(value: Any, path: str = "") -> list[tuple[str, str]]:
         return []
     text = str(int(value)) if isinstance(value, float) and value == int(value) else str(value)
     return [(path, text)] if len(text) >= 2 else []
+
+
+def leaf_paths(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(full path, string form)`` of the scalar leaves :func:`leaves` keeps (``flights/1/flight_number``)."""
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in leaf_paths(v, f"{path}/{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in leaf_paths(v, f"{path}/{i}" if path else str(i))]
+    return [(path, t) for _, t in leaves(value, path)]
+
+
+def key_path(key: str) -> str:
+    """The part of a memory key after its entity (``flights/1/flight_number`` of ``res:X/flights/1/flight_number``)."""
+    return key.split("/", 1)[1] if "/" in key else ""
 
 
 def build_graph(trace: Trace, store: MemoryStore) -> nx.MultiDiGraph:
@@ -119,30 +133,30 @@ def build_graph(trace: Trace, store: MemoryStore) -> nx.MultiDiGraph:
 
 
 def _support(g: nx.MultiDiGraph, trace: Trace, mem: dict) -> None:
-    index: dict[str, list[tuple[str, str, int]]] = defaultdict(list)  # token -> (record id, field, time)
+    index: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)  # token -> (record id, field, path, time)
     for r in trace.records.values():
         if r.type == "source":
-            for f, tok in set(leaves(r.content)):
-                index[tok].append((r.id, f, r.time))
+            for path, tok in set(leaf_paths(r.content)):
+                index[tok].append((r.id, path.rsplit("/", 1)[-1], path, r.time))
     for m in mem.values():
-        for f, tok in set(leaves(m.value, m.field)):
-            index[tok].append((m.id, f, m.time))
+        for _, tok in set(leaves(m.value, m.field)):
+            index[tok].append((m.id, m.field, key_path(m.key), m.time))
     own_source = {}
     for s in trace.steps:
         for p in s.produces:
             own_source[p] = set(s.produces) | set(s.reads)
-    targets = [(m.id, m.time, [(m.field, t, m.key.split("/", 1)[0]) for _, t in leaves(m.value, m.field)]) for m in mem.values()]
+    targets = [(m.id, m.time, [(m.field, t, m.key.split("/", 1)[0], key_path(m.key)) for _, t in leaves(m.value, m.field)]) for m in mem.values()]
     for s in trace.steps:
         if s.kind == "claim":
             for p in s.produces:
                 toks = []
                 for rid in s.reads:
                     if rid in mem:
-                        toks += [(mem[rid].field, t, mem[rid].key.split("/", 1)[0]) for _, t in leaves(mem[rid].value, mem[rid].field)]
+                        toks += [(mem[rid].field, t, mem[rid].key.split("/", 1)[0], key_path(mem[rid].key)) for _, t in leaves(mem[rid].value, mem[rid].field)]
                 targets.append((p, s.time, toks))
     for rid, time, toks in targets:
         exclude = own_source.get(rid, set()) | {rid}
-        for field, tok, ent in toks:
-            for sup, sfield, stime in index.get(tok, ()):
+        for field, tok, ent, tpath in toks:
+            for sup, sfield, spath, stime in index.get(tok, ()):
                 if sup not in exclude and stime < time:
-                    g.add_edge(sup, rid, kind="support", token=tok, field=sfield, target_field=field, target_entity=ent)
+                    g.add_edge(sup, rid, kind="support", token=tok, field=sfield, path=spath, target_field=field, target_entity=ent, target_path=tpath)

@@ -13,9 +13,11 @@ memory ids, :func:`plan_repair` decides for every affected node what to do and w
    ``"field"``  every value the candidate took from an invalid input must be stated by such a record **in a
                 field of the same name** (``payment_id`` for ``payment_id``): a number that merely equals an
                 unrelated field's value (a price equal to an order total) is not independent evidence for it;
-   ``"typed"``  (ours) as ``"field"``, and the supporter must be **about the same entity** (the key's prefix,
+   ``"typed"``  (ours) the supporter must state the value **at the same path** (``flights/1/flight_number``,
+                not another passenger's ``dob``) and be **about the same entity** (the key's prefix,
                 ``user:mia_li_3668``): another customer's reservation paid with the same card says nothing
-                about which card this customer has;
+                about which card this customer has; and the tool result a faulty record was written from is not
+                independent of it;
    ``"none"``   no check (the ablation): every candidate is invalid.
 3. **Planner** (stage 4): memory ops ``quarantine`` (a poisoned fault: kept for audit, never read), ``delete``
    (a misattributed fault: it is about someone else), ``deactivate`` (stale faults and invalid descendants),
@@ -46,7 +48,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from lab.provenance.errors import RepairError
-from lab.provenance.repair.graph import leaves, step_node
+from lab.provenance.repair.graph import key_path, leaves, step_node
 from lab.provenance.repair.runner import Program, Trace
 
 __all__ = ["PlannerRules", "PAPER", "PlanEntry", "Plan", "plan_repair", "FAULT_OPS"]
@@ -108,7 +110,7 @@ def _trusted(g: nx.MultiDiGraph, node: str, rules: PlannerRules) -> bool:
     return d.get("trust", 1.0) >= rules.trust_min
 
 
-def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str, str]], blocked: set[str], rules: PlannerRules) -> tuple[str, str] | None:
+def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str, str, str]], blocked: set[str], rules: PlannerRules) -> tuple[str, str] | None:
     """The supporter and token that preserve ``node``, or ``None``."""
     edges = [(u, d) for u, _, d in g.in_edges(node, data=True) if d["kind"] == "support" and u not in blocked and _trusted(g, u, rules)]
     if rules.support == "none" or not edges:
@@ -119,8 +121,11 @@ def _support(g: nx.MultiDiGraph, node: str, bad_values: list[tuple[str, str, str
     if not bad_values:
         return None
     found = None
-    for f, tok, ent in bad_values:
-        hit = next(((u, d) for u, d in edges if d["token"] == tok and d["field"] == f and (rules.support == "field" or ent in g.nodes[u].get("entities", ()))), None)
+    for f, tok, ent, path in bad_values:
+        if rules.support == "field":
+            hit = next(((u, d) for u, d in edges if d["token"] == tok and d["field"] == f), None)
+        else:
+            hit = next(((u, d) for u, d in edges if d["token"] == tok and d["path"] == path and ent in g.nodes[u].get("entities", ())), None)
         if hit is None:
             return None
         found = found or (hit[0], tok)
@@ -160,6 +165,10 @@ def plan_repair(program: Program, trace: Trace, g: nx.MultiDiGraph, faulty: dict
     plan = Plan(rules, faulty)
     invalid = set(faulty)
     blocked = set(faulty)  # invalid or affected: never independent support
+    if rules.support in ("field", "typed"):
+        # nor is the tool result a faulty record was written from: another position of the same result (the
+        # next flight of a search) is not independent evidence for what the corrupted copy says
+        blocked |= {v for f in faulty for _, v, d in g.out_edges(f, data=True) if d["kind"] == "derive"}
     for fid, kind in faulty.items():
         why = f"diagnosed {kind}" if fid in plan_input else f"{kind}: written from the same tool result as a diagnosed record"
         plan.entries[fid] = PlanEntry(fid, "memory", FAULT_OPS[kind], why)
@@ -169,12 +178,12 @@ def plan_repair(program: Program, trace: Trace, g: nx.MultiDiGraph, faulty: dict
         if not bad_reads:
             continue
         plan.tainted.append(s.step)
-        bad_values = [(g.nodes[r]["field"], t, g.nodes[r]["key"].split("/", 1)[0]) for r in bad_reads if g.nodes[r]["type"] == "memory" for _, t in leaves(g.nodes[r]["value"], g.nodes[r]["field"])]
+        bad_values = [(g.nodes[r]["field"], t, g.nodes[r]["key"].split("/", 1)[0], key_path(g.nodes[r]["key"])) for r in bad_reads if g.nodes[r]["type"] == "memory" for _, t in leaves(g.nodes[r]["value"], g.nodes[r]["field"])]
         for p in s.produces:
             blocked.add(p)
         for p in s.produces:
             kind = g.nodes[p]["type"]
-            own = [(g.nodes[p]["field"], t, g.nodes[p]["key"].split("/", 1)[0]) for _, t in leaves(g.nodes[p]["value"], g.nodes[p]["field"])] if kind == "memory" else []
+            own = [(g.nodes[p]["field"], t, g.nodes[p]["key"].split("/", 1)[0], key_path(g.nodes[p]["key"])) for _, t in leaves(g.nodes[p]["value"], g.nodes[p]["field"])] if kind == "memory" else []
             sup = None if kind in ("answer", "effect", "source") else _support(g, p, bad_values if kind == "claim" else own, blocked, rules)
             if sup is not None:
                 plan.entries[p] = PlanEntry(p, kind, "preserve", f"independent support from {sup[0]} ({sup[1]})", (sup[0], p), sup[1])

@@ -18,7 +18,8 @@ trials) into a :class:`~lab.provenance.repair.runner.Program`:
   environment (``send_certificate`` irreversible), and the last claim is repeated by the ``answer``.
 
 Faults (one per case, on a memory record some action or the answer reads): ``poisoned`` (the write is
-corrupted to a planted value of the same kind), ``misattributed`` (to the same field's value of another user
+corrupted to a planted value of the same field found elsewhere in that result, e.g. another flight number of
+the search), ``misattributed`` (to the same field's value of another user
 or reservation of the databases), ``stale`` (a prior session left the profile with one old value; the cached
 lookup reuses it), ``derived`` (a number a ``calculate`` step uses is corrupted). The oracle is the same policy
 re-run on the clean data. A fault whose failed run cannot execute (it changed a later call's arguments and a
@@ -283,7 +284,8 @@ def _make(t: dict, i: int, failure: str, rng: random.Random, src: dict) -> Case 
     if failure == "misattributed":
         others = [v for table in ("users", "reservations") for row in list(src[table].values())[:300] for p, v in _flat(row) if p.rsplit("/", 1)[-1] == field]
     else:
-        others = [v for _, v in leaves(result)] if failure == "poisoned" else []
+        # a planted value of the same field: another flight number of the search, another payment id
+        others = [v for p, v in _flat(result) if p.rsplit("/", 1)[-1] == field] if failure == "poisoned" else []
     wrong = _wrong(value, rng, others)
     idx = [k for k, _ in spec.writes].index(key)
     rid = f"{run}/{spec.id}/m{idx}"
