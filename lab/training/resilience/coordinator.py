@@ -2,9 +2,12 @@
 re-forms the process group with a spare in the failed rank's logical place, picks the generation to resume.
 
 What torch offers and what this adds
-    torch gives ``ProcessGroup.abort()`` / ``shutdown()`` and ``torch.distributed.destroy_process_group``
-    (tear down a group; gloo surfaces a dead peer at once as "Connection closed by peer" and a silent
-    one as a timeout after the group's ``timeout``), and a fresh rendezvous through any
+    torch 2.13 gives ``ProcessGroup.abort()`` / ``shutdown()`` (present on the gloo group too) and
+    ``torch.distributed.destroy_process_group``; gloo itself surfaces a dead peer at once ("Connection
+    closed/reset by peer", measured: 0.5 s after a SIGKILL) and a silent one as a timeout after the
+    group's ``timeout``, so the workers here only ``destroy_process_group`` after the error (a rank
+    raising a transient error does so too, which closes its sockets and wakes its peers at once
+    instead of after the timeout); and a fresh rendezvous through any
     :class:`torch.distributed.Store` (here one :class:`~torch.distributed.TCPStore` the coordinator
     hosts, with a :class:`~torch.distributed.PrefixStore` per epoch so a new group never reads the
     dead group's addresses). It offers no membership service, no spare pool, no failure
