@@ -47,6 +47,7 @@ def test_the_readme_has_the_snippets_this_test_knows():
         "Provenance of agent runs",
         "Distributed training and gradient communication",
         "Image restoration with flow priors",
+        "Video generation with a chain of experts (ConFiner)",
     ]
 
 
@@ -55,7 +56,7 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     ns: dict = {}
-    (queues, dashboard, provenance, training, restoration) = [code for _, code in snippets()]
+    (queues, dashboard, provenance, training, restoration, video) = [code for _, code in snippets()]
 
     exec(compile(queues, "README.md (queues)", "exec"), ns)
     assert len(ns["trace"]) == 23_911 and ns["replay"].snapshot(ns["t"]).pending >= 0
@@ -94,3 +95,6 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
 
     exec(compile(restoration, "README.md (restoration)", "exec"), ns)
     assert tuple(ns["out"].x.shape) == (8, 1, 28, 28) and ns["out"].nfe == 20
+
+    exec(compile(video, "README.md (video)", "exec"), ns)
+    assert tuple(ns["g"].video.shape) == (4, 8, 16, 16) and ns["g"].nfe == 19
