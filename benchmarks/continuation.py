@@ -68,7 +68,7 @@ def on_end(event, continuation):
 def _sbatch(conf: Path, script: str, *, user: str | None = None, hold: bool = False) -> str:
     argv = ["sbatch", "--parsable"] + (["-H"] if hold else [])
     if user:
-        argv = ["runuser", "-u", user, "--"] + argv
+        argv = ["/usr/sbin/runuser", "-u", user, "--"] + argv
     r = subprocess.run(argv, input=script, capture_output=True, text=True, env={"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin:/usr/sbin"}, timeout=60)
     if r.returncode != 0:
         raise RuntimeError(f"sbatch failed: {r.stderr}")
@@ -243,7 +243,7 @@ def run_held(tb: Testbed, site, work: Path, levels: list[int], *, watched: int =
     def others(n):
         # other users' jobs, in batches of 100 per runuser call
         batch = f"for i in $(seq {n}); do sbatch --parsable -H -J other -t 00:05:00 -o /dev/null --wrap true >/dev/null || exit 1; done"
-        subprocess.run(["runuser", "-u", "nobody", "--", "bash", "-c", batch], env={"SLURM_CONF": str(site.conf), "PATH": "/usr/bin:/bin"}, check=True, timeout=600)
+        subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", "bash", "-c", batch], env={"SLURM_CONF": str(site.conf), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=True, timeout=600)
 
     for level in tqdm(levels, desc="held"):
         need = level - held
@@ -290,6 +290,7 @@ def main(argv=None) -> int:
     result["benchmark"] = "continuation"
     with tempfile.TemporaryDirectory(prefix="cont-bench-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # user nobody (the other users' jobs) must read the sites' slurm.conf
         with Testbed(work / "tb") as tb:
             sites = tb.up(SITES, cpus=args.cpus, memory_mb=args.cpus * 500)
             if args.part in ("held", "all"):

@@ -55,7 +55,8 @@ class FakeSlurm:
                     for j, s in self.jobs.items()]})
             elif argv[0] == "squeue":
                 ids = argv[argv.index("-j") + 1].split(",")
-                listed = [i for i in ids if i in self.jobs]
+                mine_only = "-u" in argv  # another user's jobs are the ones named 9xxxxx
+                listed = [i for i in ids if i in self.jobs and not (mine_only and i.startswith("9"))]
                 if len(ids) == 1 and not listed:
                     return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
                 for i in listed:
@@ -85,13 +86,19 @@ def test_status_asks_squeue_for_the_watched_ids_only(tmp_path, monkeypatch):
     sched = _scheduler(fake, monkeypatch)
     fake.jobs.update({"1": "RUNNING", "2": "PENDING"})
     fake.end("3", "FAILED", "3:0", purge=True)
-    got = sched.status(["1", "2", "3", "4"])
-    assert {k: v.state for k, v in got.items()} == {"1": JobState.RUNNING, "2": JobState.PENDING, "3": JobState.FAILED, "4": JobState.UNKNOWN}
+    got = sched.status(["1", "2", "3"])
+    assert {k: v.state for k, v in got.items()} == {"1": JobState.RUNNING, "2": JobState.PENDING, "3": JobState.FAILED}
     assert got["3"].exit_code == 3 and got["3"].name == "job x"
     squeues = fake.squeue_calls()
-    # one squeue, carrying exactly the watched ids; not the whole queue (--json lists every user's jobs)
+    # one squeue, carrying exactly the watched ids, for this user's jobs; not the whole queue (--json lists every user's jobs)
     assert len(squeues) == 1 and "--json" not in squeues[0][1]
-    assert squeues[0][1][squeues[0][1].index("-j") + 1] == "1,2,3,4"
+    argv = squeues[0][1]
+    assert argv[argv.index("-j") + 1] == "1,2,3" and argv[argv.index("-u") + 1] == sched.user
+    # a job found nowhere for this user (another user's, or gone) is asked for once more without the user filter
+    got = sched.status(["1", "900007", "4"])
+    assert {k: v.state for k, v in got.items()} == {"1": JobState.RUNNING, "900007": JobState.PENDING, "4": JobState.UNKNOWN}
+    last = fake.squeue_calls()[-1][1]
+    assert len(fake.squeue_calls()) == 3 and "-u" not in last and last[last.index("-j") + 1] == "900007,4"
 
 
 def test_a_job_that_leaves_squeue_between_two_polls_is_found_and_resumed_once(tmp_path, monkeypatch):

@@ -64,6 +64,7 @@ install them.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -181,6 +182,8 @@ class SlurmScheduler(Scheduler):
         self.timeout_s = float(timeout_s)
         self._jobcomp: Path | None = None
         self._jobcomp_reader: JobcompReader | None = None
+        #: the user whose jobs :meth:`status` asks squeue for (the one running this process: the jobs it submits)
+        self.user: str | None = getpass.getuser()
 
     def __repr__(self) -> str:
         return f"SlurmScheduler({self.name!r}, {str(self.slurm_conf)!r})"
@@ -357,15 +360,20 @@ class SlurmScheduler(Scheduler):
     def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """Each job's status with one ``squeue -j <the ids>`` call (not the whole queue: its cost does
         not grow with the jobs other users hold), then the completion records for those squeue no
-        longer lists (:meth:`completed_status`); jobs found nowhere are UNKNOWN."""
+        longer lists (:meth:`completed_status`); jobs found nowhere are UNKNOWN. The squeue call is
+        for :attr:`user`'s jobs only (``-u``: the controller then sends only that user's records);
+        a job found neither there nor in the completion records is asked for again without it."""
         ids = list(dict.fromkeys(str(j) for j in job_ids))
         if not ids:
             return {}
         self._ping()
-        out = squeue_watched(self.name, self._run, ids, map_state)
+        out = squeue_watched(self.name, self._run, ids, map_state, user=self.user)
         missing = [i for i in ids if i not in out]
         if missing:
             out.update(self.completed_status(missing))
+        foreign = [i for i in ids if i not in out]
+        if foreign and self.user:  # another user's job (never the federation's own): ask squeue without the user filter
+            out.update(squeue_watched(self.name, self._run, foreign, map_state))
         for i in ids:
             out.setdefault(i, JobStatus(job_id=i, state=JobState.UNKNOWN, reason="not in squeue nor in the job completion file"))
         return {i: out[i] for i in ids}

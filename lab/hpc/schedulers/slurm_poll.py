@@ -98,12 +98,17 @@ def _check(site: str, argv: list[str], r) -> None:
     raise cls(site, argv, r.returncode, text)
 
 
-def squeue_watched(site: str, run: Callable, job_ids: Iterable[str], map_state: Callable[[str], JobState]) -> dict[str, JobStatus]:
+def squeue_watched(
+    site: str, run: Callable, job_ids: Iterable[str], map_state: Callable[[str], JobState], *, user: str | None = None
+) -> dict[str, JobStatus]:
     """The jobs among ``job_ids`` that ``squeue`` still lists (any state), with one ``squeue`` call.
 
     ``run(argv, check=False)`` runs a command for the site (returns a ``CompletedProcess``);
     ``map_state`` maps a Slurm state name to :class:`JobState`. Ended jobs carry ``exit_code``
-    (squeue's wait status decoded) unless they never ran.
+    (squeue's wait status decoded) unless they never ran. With ``user``, only that user's jobs
+    are asked for (``-u USER``): squeue then loads just that user's jobs from the controller
+    (with several ``-j`` ids and no single user it loads every job and filters them itself, so
+    its cost would still grow with other users' jobs).
 
     Raises
     ------
@@ -115,7 +120,7 @@ def squeue_watched(site: str, run: Callable, job_ids: Iterable[str], map_state: 
     ids = list(dict.fromkeys(str(j) for j in job_ids))
     if not ids:
         return {}
-    argv = ["squeue", "-h", "--noconvert", "-t", "all", "-j", ",".join(ids), "-O", SQUEUE_FIELDS]
+    argv = ["squeue", "-h", "--noconvert", "-t", "all", "-j", ",".join(ids), "-O", SQUEUE_FIELDS] + (["-u", user] if user else [])
     r = run(argv, check=False)
     if r.returncode != 0:
         if re.search(r"Invalid job id specified", r.stderr or "") and not r.stdout.strip():
