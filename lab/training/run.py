@@ -4,8 +4,19 @@ A run is a :class:`TrainConfig` (model, data split, steps, batch, learning-rate 
 gradient communication method, seed) plus a run directory. :func:`train` runs one rank of it;
 ``python -m lab.training.run --config run.json`` runs it under ``torchrun`` (rank and world size
 from ``RANK``/``WORLD_SIZE``; gloo on CPU, NCCL when CUDA is available); :func:`launch` starts that
-in the background (a notebook launches runs without blocking its kernel) and returns the
-:class:`subprocess.Popen`.
+in the background (a notebook launches runs without blocking its kernel) and returns a
+:class:`~lab.training.process.RunHandle` (a :class:`subprocess.Popen` of torchrun that also reaches the ranks).
+
+Stopping a run
+    ``handle.terminate()`` asks every rank to stop (SIGINT: the rank ends at once and records a
+    ``stopped`` status with its ``reason``; exit 0), ``handle.kill()`` SIGKILLs every rank and
+    torchrun and then records ``stopped`` for the ranks that could not, ``handle.stop()`` is the first,
+    a wait, then the second. Each rank also stops by itself within about a second when torchrun dies,
+    even by SIGKILL (:class:`~lab.training.process.ParentWatch`: parent-death signal plus a watchdog
+    thread; torchrun starts every rank in a session of its own, so nothing else would reach it): it
+    records ``stopped`` with ``reason`` ``"torchrun (pid N) ended"``. A SIGTERM while torchrun lives
+    (torchrun ending the group after another rank failed) still records ``failed``. A stopped run
+    resumes from its newest checkpoint when launched again.
 
 Data parallelism
     Dense optimizers (``"adamw"``: :class:`torch.optim.AdamW`; ``"adams"``:
@@ -76,6 +87,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -90,9 +102,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lab.training.data import VALIDATION_PLAYS, BatchSampler, CharTokenizer, TextCorpus
 from lab.training.errors import CheckpointError, RunConfigError, RunInterrupted, TrainingError
 from lab.training.model import GPT, GPTConfig
-from lab.training.monitor import RunRecorder
+from lab.training.monitor import KIND_STATUS, RunRecorder, open_log
+from lab.training.process import TORCHRUN_CMDLINE, ParentWatch, RunHandle
 
-__all__ = ["FaultSpec", "RunResult", "TrainConfig", "fp32_allreduce_hook", "launch", "lr_at", "main", "train"]
+__all__ = ["FaultSpec", "RunHandle", "RunResult", "TrainConfig", "fp32_allreduce_hook", "launch", "lr_at", "main", "train"]
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -505,6 +518,45 @@ def _init_process_group(rank: int, world_size: int, device: torch.device, timeou
     return True
 
 
+class _Stop:
+    """Why this process is stopping rather than failing (set by :func:`_on_signal`, read by :func:`train`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.reason: str | None = None  # None: a failure (e.g. torchrun's SIGTERM after another rank failed)
+        self.ending = False  # train() is recording its end: a signal now must not raise into that
+
+
+_STOP = _Stop()
+#: This rank's watch on torchrun (installed by :func:`main` under torchrun), or None.
+_WATCH: ParentWatch | None = None
+
+
+def _parent_death_reason() -> str | None:
+    if _WATCH is not None and _WATCH.parent_gone():
+        return _WATCH.reason or f"{_WATCH.parent_description()} ended"
+    return None
+
+
+def _stop_reason(signum: int) -> str | None:
+    """A stop (not a failure): torchrun is gone, or SIGINT (``RunHandle.terminate``, Ctrl-C)."""
+    reason = _parent_death_reason()
+    if reason is None and signum == signal.SIGINT:
+        reason = "stop requested (SIGINT)"
+    return reason
+
+
+def _install_parent_watch() -> None:
+    """Under torchrun (``TORCHELASTIC_RUN_ID`` set; ``LAB_PARENT_WATCH=0`` turns it off), stop this
+    rank when torchrun dies (:class:`~lab.training.process.ParentWatch`; ``LAB_PARENT_WATCH_GRACE_S``,
+    default 5, is how long the main thread has to end the run itself)."""
+    global _WATCH
+    if "TORCHELASTIC_RUN_ID" not in os.environ or os.environ.get("LAB_PARENT_WATCH", "1") == "0" or _WATCH is not None:
+        return
+    grace = float(os.environ.get("LAB_PARENT_WATCH_GRACE_S", "5"))
+    _WATCH = ParentWatch(expect_parent=TORCHRUN_CMDLINE, grace_s=grace).install()
+
+
 def _inject(fault, rank: int, step: int) -> None:
     if fault is None or fault.rank != rank or fault.step != step:
         return
@@ -549,6 +601,7 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
     """
     if not 0 <= rank < world_size:
         raise RunConfigError(f"rank {rank} is not in [0, {world_size})")
+    _STOP.__init__()
     run = _Run(config, rank, world_size)
     run_id = config.resolved_run_id
     run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -560,6 +613,32 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
         tensorboard_dir=run.run_dir / "tb" if (config.tensorboard and rank == 0) else None,
         purge_step=start_guess + 1 if (start_guess and rank == 0) else None,
     )
+    end_lock, ended = threading.Lock(), []
+
+    def end(state: str, step: int, **extra: Any) -> None:
+        """Record this rank's final status, once (the main thread and the parent watchdog may both try)."""
+        with end_lock:
+            if ended:
+                return
+            ended.append(state)
+        recorder.status(state, step, **extra)
+        if _WATCH is not None:
+            _WATCH.ended()
+
+    def record_orphan(reason: str) -> None:  # from the watchdog thread: its own connection
+        with end_lock:
+            if ended:
+                return
+            ended.append("stopped")
+        log = open_log(config.resolved_events_path)
+        try:
+            log.append(recorder.source, KIND_STATUS, run_id, {"rank": rank, "state": "stopped", "step": int(run.step),
+                                                              "pid": recorder.pid, "host": recorder.host, "reason": reason})
+        finally:
+            log.close()
+
+    if _WATCH is not None:
+        _WATCH.on_orphan = record_orphan
     recorder.status("started", start_guess, resumed_from=start_guess)
     recorder.start_heartbeat(config.heartbeat_s, lambda: run.step)
     result = RunResult(run_id=run_id, rank=rank, world_size=world_size, state="running", start_step=0, last_step=0)
@@ -684,12 +763,28 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
             optimizer.synchronize()
         result.param_sha256, result.n_params = param_sha256(model), n_params
         recorder.stop_heartbeat()
-        recorder.status(result.state, result.last_step, param_sha256=result.param_sha256)
+        end(result.state, result.last_step, param_sha256=result.param_sha256)
         return result
     except BaseException as exc:
+        _STOP.ending = True  # a signal from here on is remembered, not raised
         recorder.stop_heartbeat()
+        reason = _STOP.reason or _parent_death_reason()
+        if reason is None and isinstance(exc, RunInterrupted) and _WATCH is not None:
+            # a SIGTERM with torchrun still there: torchrun ending the group (a failure), unless it is dying
+            # itself (signalled, then killed); give the watchdog a moment to tell
+            deadline = time.monotonic() + 2 * _WATCH.poll_s
+            while reason is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                reason = _parent_death_reason()
+        if reason is not None:  # asked to stop (or torchrun is gone): whatever broke the step, the run stopped
+            try:
+                end("stopped", run.step, reason=reason, signal=_STOP.signum, interrupted=f"{type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+            result.state, result.last_step = "stopped", run.step
+            return result
         try:
-            recorder.status("failed", run.step, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            end("failed", run.step, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         except Exception:  # the log itself may be the problem; the original error matters more
             pass
         raise
@@ -705,7 +800,7 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
 
 # ---------------------------------------------------------------------------------------------- launch
 def launch(config: TrainConfig, nproc: int = 1, *, max_restarts: int = 0, env: dict[str, str] | None = None,
-           python: str | None = None) -> subprocess.Popen:
+           python: str | None = None) -> RunHandle:
     """Start a run in the background: ``torchrun --standalone --nproc-per-node nproc -m lab.training.run
     --config <run_dir>/config.json`` (as ``python -m torch.distributed.run``, so no ``torchrun`` on
     ``PATH`` is needed), in its own session (an interrupted notebook kernel does not stop it), with
@@ -728,9 +823,12 @@ def launch(config: TrainConfig, nproc: int = 1, *, max_restarts: int = 0, env: d
 
     Returns
     -------
-    subprocess.Popen
-        ``.wait()`` for the exit code (0: every rank finished); ``.pid`` is torchrun's; its log is
-        ``<run_dir>/launch.log``.
+    RunHandle
+        A :class:`subprocess.Popen` of torchrun: ``.wait()`` for the exit code (0: every rank finished
+        or stopped); ``.pid`` is torchrun's; its log is ``<run_dir>/launch.log``. ``.terminate()``,
+        ``.kill()`` and ``.stop()`` end every rank, not only torchrun, and the event log then shows the
+        run ``stopped`` (:class:`~lab.training.process.RunHandle`); a rank whose torchrun dies
+        stops by itself.
 
     Raises
     ------
@@ -757,23 +855,35 @@ def launch(config: TrainConfig, nproc: int = 1, *, max_restarts: int = 0, env: d
     with open(run_dir / "launch.log", "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                                cwd=str(run_dir), start_new_session=True)
+        return RunHandle(cmd, run_id=config.resolved_run_id, events_path=config.resolved_events_path, nproc=int(nproc),
+                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                         cwd=str(run_dir), start_new_session=True)
 
 
 def _on_signal(signum, _frame):
-    raise RunInterrupted(signum)
+    """SIGTERM/SIGINT: raise :class:`RunInterrupted` once (the run then records ``stopped`` when
+    :func:`_stop_reason` gives a reason, else ``failed``); a repeat, or a signal while the end is being
+    recorded, only updates the reason."""
+    first = _STOP.signum is None
+    if first:
+        _STOP.signum = signum
+    if _STOP.reason is None:
+        _STOP.reason = _stop_reason(signum)
+    if first and not _STOP.ending:
+        raise RunInterrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab.training.run --config run.json``: one rank (``RANK``, ``WORLD_SIZE`` from the
-    environment, default 0 and 1). SIGTERM/SIGINT record a ``failed`` status and exit. Exit code 0
-    when the rank finished or stopped, 1 on an error (its traceback on stderr)."""
+    environment, default 0 and 1). SIGINT, or torchrun's death (watched under torchrun), records a
+    ``stopped`` status with its ``reason``; SIGTERM while torchrun lives records ``failed``. Exit code
+    0 when the rank finished or stopped, 1 on an error (its traceback on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m lab.training.run", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="TrainConfig JSON file")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    _install_parent_watch()
     try:
         config = TrainConfig.load(args.config)
         rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
