@@ -2,10 +2,12 @@
 
 Loading it
 
-* registers rich HTML display for ``lab`` objects (:class:`~lab.hpc.swf.SWFTrace`,
-  :class:`~lab.hpc.queue.QueueReplay`), so a trace shows its header and first jobs;
-* adds the ``%lab_data`` line magic, which lists the data registry and where each
-  data set resolves (``%lab_data theta_2022`` prints one path, fetching if needed).
+* registers rich HTML display (a notebook) and a one-line plain summary (a terminal) for the
+  ``lab`` objects a user meets: traces, replays, testbed sites, provenance graphs, run monitors,
+  restoration results;
+* adds the line magics ``%lab_data``, ``%lab_sites``, ``%lab_queue SITE|TRACE``, ``%lab_trace PATH``,
+  ``%lab_runs [DIR]`` and ``%lab_restore IMAGE --method M --task T`` (each with ``--help``;
+  see :mod:`kernels_ext.magics`).
 
 The formatters live in :mod:`kernels_ext.display`; they only format what the
 ``lab`` objects already hold.

