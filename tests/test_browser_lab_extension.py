@@ -182,6 +182,7 @@ def test_side_panel_lists_a_live_site_and_run_and_marks_the_run_dead(lab):
     from lab.hpc.schedulers.base import JobSpec
     from lab.hpc.testbed import Testbed, TestbedError
     from lab.training.model import GPTConfig
+    from lab.training.monitor import RunMonitor
     from lab.training.run import TrainConfig, launch
 
     executable = chromium()
@@ -220,8 +221,11 @@ def test_side_panel_lists_a_live_site_and_run_and_marks_the_run_dead(lab):
                                f"{first['runs'][0][2]}", what="the run's step to advance without a reload", timeout_s=60)
                 ARTIFACTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(ARTIFACTS / "lab_side_panel.png"))
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+                # the rank's own process SIGKILLed (as the OOM killer does): it writes nothing more
+                with RunMonitor(cfg.events_path) as mon:
+                    pids = [int(p) for p in mon.status("panel-run")["pid"]]
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
                 watch.wait_for("() => document.querySelector(\".rl-run[data-name='panel-run']\").dataset.state === 'dead'",
                                what="the SIGKILLed run marked dead", timeout_s=30)
                 after = _panel_state(page)
