@@ -91,7 +91,7 @@ def test_voila_video_demo(tmp_path):
 
             # the scrubber: frame 5 of every video as a still
             before = page.evaluate(IMAGE_JS, "img.lab-vd-still-confiner")["data"]
-            page.locator(".lab-vd-scrubber .noUi-handle, .lab-vd-scrubber .slider-container").first.focus()
+            page.locator(".lab-vd-scrubber .noUi-handle").first.focus()
             for _ in range(5):
                 page.keyboard.press("ArrowRight")
             watch.wait_for("() => document.querySelector('.lab-vd-scrubber .widget-readout').innerText.trim() === '5'",
@@ -103,12 +103,19 @@ def test_voila_video_demo(tmp_path):
             want = _frames(D.frame_png(expected.videos["confiner"][5], 128))[0]
             assert np.abs(still.astype(int) - want.astype(int)).max() <= 2
 
+            # the play button animates the scrubber (and the stills) on its own
+            page.locator(".lab-video-demo .widget-play button").first.click()
+            watch.wait_for("() => document.querySelector('.lab-vd-scrubber .widget-readout').innerText.trim() !== '5'",
+                           what="the play button to move the scrubber")
+
             # a new run (seed 1) streams progress through intermediate NFE counts
             page.evaluate(PROGRESS_OBSERVER_JS)
             page.locator(".lab-video-demo input[type='number']").nth(3).fill("1")
             page.keyboard.press("Enter")
-            watch.wait_for("() => window.__seen.some(s => s.includes('done'))", what="the seed-1 run's end", timeout_s=240)
-            seen = page.evaluate("() => window.__seen")
+            watch.wait_for("() => { const i = window.__seen.indexOf('starting');"
+                           " return i >= 0 && window.__seen.slice(i).some(s => s.includes('done')); }",
+                           what="the seed-1 run's start and end", timeout_s=240)
+            seen = page.evaluate("() => window.__seen.slice(window.__seen.indexOf('starting'))")
             assert any("NFE" in s and "done" not in s for s in seen), seen
             page.screenshot(path=str(ARTIFACTS / "video_voila_scrubbed.png"), full_page=True)
             watch.check("the end")

@@ -70,7 +70,7 @@ class VideoDemo(W.VBox):
             still.add_class("lab-vd-still")
             still.add_class(f"lab-vd-still-{name}")
             self.images[name], self.stills[name] = img, still
-            head = W.HTML(f"<b>{html.escape(_TITLES[name])}</b>", layout=W.Layout(width=f"{PX + 30}px"))
+            head = W.HTML(f"<b>{html.escape(_TITLES[name])}</b>", layout=W.Layout(width=f"{PX + 30}px", height="44px"))
             cols.append(W.VBox([head, img, still]))
         self.frame = W.IntSlider(value=0, min=0, max=D.FRAMES - 1, description="frame", readout=True,
                                  layout=W.Layout(width="400px"))
