@@ -516,6 +516,7 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
     res.per_depth.append(1)
     for level in range(depth):
         nxt = []
+        last, n_last = level == depth - 1 and pred is None, 0
         it = frontier
         if progress:
             from tqdm import tqdm
@@ -546,8 +547,11 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
                 visited.add(k)
                 if pred is not None:
                     pred[c] = (s, a)
-                nxt.append(c)
-        res.per_depth.append(len(nxt))
+                if last:
+                    n_last += 1  # the last level is never expanded: count it, do not keep it
+                else:
+                    nxt.append(c)
+        res.per_depth.append(len(nxt) + n_last)
         res.level_seconds.append(time.perf_counter() - t0 - sum(res.level_seconds))
         frontier = nxt
     res.states = len(visited)
