@@ -106,6 +106,68 @@ def test_every_method_spends_exactly_its_budget(gauss, method, nfe):
     assert out.method == method and out.seconds >= 0
 
 
+class _TimeSpy(GaussianPrior):
+    """The Gaussian prior, recording every query time."""
+
+    def __init__(self, inner):
+        super().__init__(inner.mean, inner.cov)
+        self.times: list[float] = []
+
+    def _prepare(self, x, t, fn):
+        self.times.append(float(t))
+        return super()._prepare(x, t, fn)
+
+
+def test_timesteps_is_the_one_grid():
+    from lab.generative.restore.base import timesteps
+
+    g = timesteps(4)
+    assert [s.t for s in g] == [0.0, 0.25, 0.5, 0.75] and {s.dt for s in g} == {0.25} and g[-1].t_next == 1.0
+    assert [s.k for s in g] == [0, 1, 2, 3]
+    g = timesteps(3, start=0.4)  # OT-ODE: K query times in [t0, 1)
+    assert g[0].t == 0.4 and g[-1].t_next == 1.0 and g[1].t == pytest.approx(0.6) and g[0].dt == pytest.approx(0.2)
+    g = timesteps(4, end=0.9, power=0.5)  # warped: dt is the difference of neighbours
+    assert g[1].t == pytest.approx(0.9 * 0.5) and g[-1].t_next == 0.9
+    assert all(s.dt == s.t_next - s.t for s in g)
+    for bad in [dict(K=0), dict(K=2.5), dict(K=3, start=1.0), dict(K=3, end=1.5), dict(K=3, power=0.0)]:
+        with pytest.raises(MethodError, match="timesteps"):
+            timesteps(**bad)
+
+
+@pytest.mark.parametrize("method,kw,nfe,grid", [
+    ("rebridge", {}, 6, dict(K=6)),
+    ("flower", {}, 6, dict(K=6)),
+    ("pnp_flow", {}, 6, dict(K=6)),
+    ("ot_ode", {"start_time": 0.3}, 6, dict(K=6, start=0.3)),
+    ("recoupled_admm", {"grid_power": 0.7, "t_max": 0.9}, 6, dict(K=6, end=0.9, power=0.7)),
+])
+def test_every_method_queries_the_prior_on_timesteps(gauss, method, kw, nfe, grid):
+    """One copy of the grid rule: each method's query times are exactly those of ``timesteps``."""
+    from lab.generative.restore.base import timesteps
+
+    spy = _TimeSpy(gauss)
+    op = get_operator("deblur", (1, 8, 8))
+    y = op.measure(gauss.sample_clean(2, torch.Generator().manual_seed(0)), torch.Generator().manual_seed(1))
+    restore(method, y, op, spy, nfe=nfe, seed=0, **kw)
+    assert spy.times == [s.t for s in timesteps(**grid)]
+
+
+def test_d_flow_and_sampling_use_timesteps(gauss):
+    from lab.generative.restore.base import timesteps
+    from lab.generative.restore.d_flow import DFlow
+
+    spy = _TimeSpy(gauss)
+    x = torch.zeros(1, 1, 8, 8, dtype=torch.float64)
+    DFlow._forward(spy, x, 4, "euler")
+    assert spy.times == [s.t for s in timesteps(4)]
+    spy.times.clear()
+    DFlow._inverse(spy, x, 4, "euler")  # backwards, at each interval's midpoint
+    assert spy.times == [0.5 * (s.t + s.t_next) for s in reversed(timesteps(4))]
+    spy.times.clear()
+    spy.sample(2, 5, torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert spy.times == [s.t for s in timesteps(5)]
+
+
 def test_budget_splits(gauss):
     op = get_operator("denoise", (1, 8, 8))
     y = op.measure(gauss.sample_clean(2, torch.Generator().manual_seed(0)), torch.Generator().manual_seed(1))

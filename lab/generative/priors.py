@@ -89,8 +89,10 @@ class FlowPrior:
             raise PriorError(f"{type(self).__name__}.sample: nfe must be >= 1, got {nfe}")
         like = torch.empty(0, device=device, dtype=dtype)
         x = randn((int(n), *self.shape), generator, like)
-        for k in range(int(nfe)):
-            x = x + self.velocity(x, k / nfe) / nfe
+        from lab.generative.restore.base import timesteps  # lazy: lab.generative.restore imports this module
+
+        for _, t, _, _ in timesteps(int(nfe)):
+            x = x + self.velocity(x, t) / int(nfe)
         return x
 
     # ------------------------------------------------------------------ subclass hooks

@@ -10,13 +10,66 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
 from lab.generative.errors import MethodError, NFEBudgetError
 
-__all__ = ["RestorationMethod", "RestorationResult", "METHODS", "register"]
+__all__ = ["RestorationMethod", "RestorationResult", "METHODS", "register", "TimeStep", "timesteps"]
+
+
+class TimeStep(NamedTuple):
+    """One step of a time grid (see :func:`timesteps`)."""
+
+    #: step index, 0 .. K-1
+    k: int
+    #: the query time ``t_k``
+    t: float
+    #: the step size: ``(end - start) / K`` exactly on a uniform grid, ``t_{k+1} - t_k`` otherwise
+    dt: float
+    #: ``t_{k+1}`` (``end`` exactly at the last step)
+    t_next: float
+
+
+def timesteps(K: int, start: float = 0.0, end: float = 1.0, power: float = 1.0) -> list[TimeStep]:
+    """The time grid every method iterates: ``t_k = start + (end - start) (k / K)^power``, k = 0 .. K-1.
+
+    The one copy of the grid rule (as a diffusers scheduler exposes ``timesteps``): ReBridge-Flow,
+    Flower and PnP-Flow use ``timesteps(K)`` (``t_k = k / K``, ``dt = 1 / K``), OT-ODE
+    ``timesteps(K, start=t0)``, D-Flow's Euler/midpoint solves ``timesteps(steps)``, the re-coupled
+    ADMM variant ``timesteps(K, end=t_max, power=grid_power)`` and :meth:`FlowPrior.sample
+    <lab.generative.priors.FlowPrior.sample>` ``timesteps(nfe)``.
+
+    Parameters
+    ----------
+    K : int >= 1
+        Number of steps (query times in ``[start, end)``).
+    start, end : float, ``0 <= start < end <= 1``
+        Flow times of the first query and of the end point.
+    power : float > 0
+        Grid warping; 1 is uniform.
+
+    Returns
+    -------
+    list of TimeStep ``(k, t, dt, t_next)``, length ``K``.
+
+    Raises
+    ------
+    MethodError
+        ``K`` not an integer >= 1, or ``start``, ``end``, ``power`` out of range.
+    """
+    if int(K) != K or K < 1:
+        raise MethodError(f"timesteps: K must be an integer >= 1, got {K!r}")
+    K, start, end, power = int(K), float(start), float(end), float(power)
+    if not (0.0 <= start < end <= 1.0):
+        raise MethodError(f"timesteps: need 0 <= start < end <= 1, got start={start!r}, end={end!r}")
+    if not power > 0 or power == float("inf"):
+        raise MethodError(f"timesteps: power must be > 0 and finite, got {power!r}")
+    span = end - start
+    ts = [start + span * (k / K) ** power for k in range(K)] + [end]
+    uniform = span / K
+    return [TimeStep(k, ts[k], uniform if power == 1.0 else ts[k + 1] - ts[k], ts[k + 1]) for k in range(K)]
 
 
 @dataclass

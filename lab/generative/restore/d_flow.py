@@ -35,7 +35,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError, NFEBudgetError
-from lab.generative.restore.base import RestorationMethod, register
+from lab.generative.restore.base import RestorationMethod, register, timesteps
 
 __all__ = ["DFlow"]
 
@@ -76,9 +76,7 @@ class DFlow(RestorationMethod):
     # ------------------------------------------------------------------ ODE solves
     @staticmethod
     def _forward(prior, z, steps, solver):
-        dt = 1.0 / steps
-        for k in range(steps):
-            t = k * dt
+        for _, t, dt, _ in timesteps(steps):
             if solver == "euler":
                 z = z + dt * prior.velocity(z, t)
             else:
@@ -88,9 +86,8 @@ class DFlow(RestorationMethod):
     @staticmethod
     @torch.no_grad()
     def _inverse(prior, x, steps, solver):
-        dt = 1.0 / steps
-        for k in reversed(range(steps)):
-            tm = (k + 0.5) * dt  # interval midpoint
+        for _, t, dt, t_next in reversed(timesteps(steps)):
+            tm = 0.5 * (t + t_next)  # interval midpoint
             if solver == "euler":
                 x = x - dt * prior.velocity(x, tm)
             else:

@@ -23,7 +23,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
-from lab.generative.restore.base import RestorationMethod, register
+from lab.generative.restore.base import RestorationMethod, register, timesteps
 
 __all__ = ["Flower"]
 
@@ -50,8 +50,7 @@ class Flower(RestorationMethod):
         x_avg = torch.zeros(shape, device=y.device, dtype=y.dtype)
         for _ in range(int(cfg.num_samples)):
             x = randn(shape, generator, y)
-            for k in range(K):
-                t, dt = k / K, 1.0 / K
+            for _, t, dt, _ in timesteps(K):
                 b1 = prior.clean_estimate(x, t)  # x + (1-t) v(x, t)
                 nu2 = (1 - t) ** 2 / (t**2 + (1 - t) ** 2)
                 b1_star = b1 + operator.H_adjoint(operator.solve_HHt_plus(y - operator.H(b1), operator.sigma_y**2 / nu2))

@@ -29,7 +29,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
-from lab.generative.restore.base import RestorationMethod, register, required
+from lab.generative.restore.base import RestorationMethod, register, required, timesteps
 
 __all__ = ["OTODE"]
 
@@ -69,9 +69,7 @@ class OTODE(RestorationMethod):
         s2 = operator.sigma_y**2
         y_init = operator.H_adjoint(y) if cfg.init == "adjoint" else operator.pinv(y)
         x = (t0 * y_init + (1 - t0) * randn(y_init.shape, generator, y)).detach()
-        dt = (1 - t0) / K
-        for k in range(K):
-            t = t0 + k * dt
+        for _, t, dt, _ in timesteps(K, start=t0):
             with torch.enable_grad():
                 xr = x.detach().requires_grad_(True)
                 v = prior.velocity(xr, t)

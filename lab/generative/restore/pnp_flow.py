@@ -31,7 +31,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
-from lab.generative.restore.base import RestorationMethod, register, required
+from lab.generative.restore.base import RestorationMethod, register, required, timesteps
 
 __all__ = ["PnPFlow"]
 
@@ -69,8 +69,7 @@ class PnPFlow(RestorationMethod):
         N = self._split_budget(int(nfe), int(cfg.num_samples), self.name, "samples")
         L = operator.lipschitz or 1.0
         x = operator.H_adjoint(torch.ones_like(y))  # initialisation of the code (irrelevant: t_0 = 0)
-        for n in range(N):
-            t = n / N
+        for _, t, _, _ in timesteps(N):
             lr_t = cfg.lr / L * (1 - t) ** cfg.alpha
             z = x - lr_t * operator.H_adjoint(operator.H(x) - y)  # gradient step on ||Hx - y||^2 / 2
             x_new = torch.zeros_like(x)

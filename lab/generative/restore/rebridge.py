@@ -48,7 +48,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
-from lab.generative.restore.base import RestorationMethod, register
+from lab.generative.restore.base import RestorationMethod, register, timesteps
 
 __all__ = ["ReBridgeFlow", "BridgeStep", "Endpoints", "decode_endpoints", "gamma_t", "anchor_clean_side", "recouple",
            "defect_terms"]
@@ -220,8 +220,7 @@ class ReBridgeFlow(RestorationMethod):
         K = int(nfe)
         x = randn((y.shape[0], *prior.shape), generator, y)  # x_0 ~ p_0 = N(0, I)
         trajectory: list[BridgeStep] | None = [] if cfg.record != "none" else None
-        for k in range(K):
-            t, dt = k / K, 1.0 / K
+        for k, t, dt, _ in timesteps(K):
             # Step 1: local endpoint decoding (Eq. 3)
             v = prior.velocity(x, t)
             # Steps 2-3: clean-side anchoring (Eq. 7) and source-side re-coupling (Eq. 8)

@@ -93,7 +93,7 @@ import torch
 
 from lab.generative._tensor import randn
 from lab.generative.errors import MethodError
-from lab.generative.restore.base import RestorationMethod, register
+from lab.generative.restore.base import RestorationMethod, register, timesteps
 from lab.generative.restore.rebridge import RECORDS, anchor_clean_side, decode_endpoints
 
 __all__ = ["RecoupledADMM", "ADMMStep", "time_grid", "penalty"]
@@ -104,7 +104,7 @@ MAX_DUAL_STEP = (1 + math.sqrt(5)) / 2
 
 def time_grid(K: int, power: float = 1.0, t_max: float = 1.0) -> list[float]:
     """``[t_0, ..., t_{K-1}, t_max]`` with ``t_k = t_max (k / K)^power``: K query times in [0, t_max) and the end point."""
-    return [t_max * (k / K) ** power for k in range(K)] + [t_max]
+    return [s.t for s in timesteps(K, end=t_max, power=power)] + [float(t_max)]
 
 
 def penalty(t: float) -> float:
@@ -195,7 +195,6 @@ class RecoupledADMM(RestorationMethod):
     @torch.no_grad()
     def run(self, y, operator, prior, nfe, generator, cfg):
         K = int(nfe)
-        ts = time_grid(K, float(cfg.grid_power), float(cfg.t_max))
         s2 = operator.sigma_y**2
         shape = (y.shape[0], *prior.shape)
         b = torch.zeros(shape, device=y.device, dtype=y.dtype)  # clean endpoint (b_{-1} = 0)
@@ -203,8 +202,7 @@ class RecoupledADMM(RestorationMethod):
         w = torch.zeros_like(b)  # scaled-ADMM multiplier
         trajectory: list[ADMMStep] | None = [] if cfg.record != "none" else None
         b_bar = b
-        for k in range(K):
-            t, t_next = ts[k], ts[k + 1]
+        for k, t, dt, t_next in timesteps(K, end=float(cfg.t_max), power=float(cfg.grid_power)):
             rho = penalty(t)
             x = (1 - t) * a + t * b
             if cfg.eta > 0:
@@ -222,7 +220,7 @@ class RecoupledADMM(RestorationMethod):
             s_next = (1 - t_next) / t_next if t_next > 0 else 0.0
             a_bar = s_next * w
             if trajectory is not None:
-                trajectory.append(self._record(k, t, t_next - t, rho, gamma, x, a, a_hat, b_hat, b_bar, a_bar,
+                trajectory.append(self._record(k, t, dt, rho, gamma, x, a, a_hat, b_hat, b_bar, a_bar,
                                                w_before, w, y, operator, cfg))
             b, a = b_bar, a_bar
         return b_bar, trajectory
