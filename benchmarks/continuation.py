@@ -184,6 +184,7 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         t.join(timeout=30)
     # latencies
     lat, lat_late, lost, no_stamp = [], [], 0, 0
+    detect, resume, slurm_end = [], [], []
     resumed_events = Counter(e.payload["id"] for e in agent.log.tail(kinds=["continuation.resumed"]))
     for s, j, late in jobs:
         cid = cids.get((s.name, j))
@@ -203,6 +204,11 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
             no_stamp += 1
             continue
         lat.append(rec.result["t"] - stamp)
+        ev = agent.log.tail(rec.event_seq - 1, limit=1)[0]
+        detect.append(ev.time - stamp)  # the job's end seen by the service and written
+        resume.append(rec.result["t"] - ev.time)  # then picked up by the resumer
+        if ev.payload.get("end_time"):
+            slurm_end.append(ev.payload["end_time"] + 1.0 - stamp)  # Slurm's end (whole seconds, rounded up) after the stamp
     twice = sum(max(0, c - 1) for c in CALLS.values()) + sum(max(0, c - 1) for c in resumed_events.values())
     squeue = {n: [t for t, cmd in c if cmd == "squeue"] for n, c in calls.items()}
     sacct = {n: [t for t, cmd in c if cmd == "sacct"] for n, c in calls.items()}
@@ -218,6 +224,11 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         "p95_ci95_s": _p95_ci(lat),
         "max_s": round(max(lat), 3),
         "latency_jobs": len(lat),
+        "breakdown_p95_s": {
+            "seen_by_service": round(float(np.percentile(detect, 95)), 3),
+            "resumed_after_seen": round(float(np.percentile(resume, 95)), 3),
+            "slurm_end_after_stamp_upper": round(float(np.percentile(slurm_end, 95)), 3) if slurm_end else None,
+        },
         "no_end_stamp": no_stamp,
         "lost": lost,
         "resumed_twice": twice,

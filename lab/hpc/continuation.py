@@ -269,10 +269,15 @@ class Continuations:
         """
         resumed = []
         with self._lock:
-            for rec in self.waiting():
-                event = self._first_event(rec)
-                if event is None:
-                    continue
+            # one query finds every waiting continuation whose first awaited event is there
+            # (not one query per waiting continuation: thousands wait at once at scale)
+            ready = self._store.conn.execute(
+                "SELECT c.id, MIN(e.seq) FROM continuations c JOIN events e ON e.key = c.key "
+                "WHERE c.state = 'waiting' AND e.kind IN (SELECT value FROM json_each(c.kinds)) GROUP BY c.id ORDER BY c.id"
+            ).fetchall()
+            for cid, seq in ready:
+                rec = self.get(cid)
+                event = self.log.tail(seq - 1, limit=1)[0]
                 done = self._resume(rec, event)
                 if done is not None:
                     resumed.append(done)
@@ -502,11 +507,19 @@ class ContinuationService:
                 appended += self._mark(site, False, str(exc))
                 continue
             appended += self._mark(site, True)
-            for job_id, last in jobs:
-                st = statuses.get(job_id)
-                if st is None or st.state in (JobState.UNKNOWN, JobState.PENDING) or st.state.value == last:
-                    continue
-                appended += self._record_transition(site, job_id, last, st)
+            changed = [(job_id, last, statuses[job_id]) for job_id, last in jobs if statuses.get(job_id) is not None
+                       and statuses[job_id].state not in (JobState.UNKNOWN, JobState.PENDING) and statuses[job_id].state.value != last]
+            if not changed:
+                continue
+            conn.execute("BEGIN IMMEDIATE")  # one commit for the poll's transitions (hundreds end in one second at scale)
+            try:
+                for job_id, last, st in changed:
+                    appended += self._record_transition(site, job_id, last, st)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         return appended
 
     def _record_transition(self, site: str, job_id: str, last: str, st) -> list[int]:
