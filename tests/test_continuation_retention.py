@@ -142,3 +142,15 @@ def test_skills_use_only_the_continuation_modules_public_api():
     )
     assert private == []
     assert "CREATE TABLE" not in (REPO / "lab/hpc/skills.py").read_text()
+
+
+def test_compact_command_line(tmp_path, capsys):
+    from lab.hpc.continuation import main
+
+    db = tmp_path / "lab.db"
+    with EventLog(db) as log:
+        _fill(log, 5)
+    assert main(["compact", "--db", str(db), "--archive", str(tmp_path / "a.db"), "--older-than-s", "60", "--vacuum"]) == 0
+    assert "dropped 15 events" in capsys.readouterr().out  # job.submitted is kept whole (5 of the 20)
+    with EventLog(db) as log:
+        assert {e.kind for e in log.tail()} == {"job.submitted"}

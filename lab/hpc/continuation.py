@@ -549,7 +549,8 @@ class ContinuationService:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lab.hpc.continuation serve --sites DIR --db FILE [--poll-s S]``"""
+    """``python -m lab.hpc.continuation serve --sites DIR --db FILE [--poll-s S]`` or
+    ``python -m lab.hpc.continuation compact --db FILE --archive FILE --older-than-s S [--vacuum]``"""
     from lab.hpc.sites import load_sites
 
     parser = argparse.ArgumentParser(prog="python -m lab.hpc.continuation", description="watch jobs on all sites; append their events")
@@ -560,7 +561,22 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--poll-s", type=float, default=0.5, help="seconds between job polls")
     serve.add_argument("--queue-every-s", type=float, default=5.0, help="seconds between site.queue samples (0: off)")
     serve.add_argument("--site-min-interval-s", type=float, default=1.0, help="at most one squeue per site per this many seconds")
+    compact = sub.add_parser("compact", help="trim the event log into an archive, keeping what is still needed")
+    compact.add_argument("--db", required=True, type=Path)
+    compact.add_argument("--archive", required=True, type=Path, help="SQLite archive file (created or appended to)")
+    compact.add_argument("--older-than-s", required=True, type=float, help="drop events older than this many seconds")
+    compact.add_argument("--vacuum", action="store_true", help="return the freed space to the file system")
     args = parser.parse_args(argv)
+    if args.command == "compact":
+        try:
+            cont = Continuations(args.db)
+            report = cont.compact(args.archive, before=time.time() - args.older_than_s, vacuum=args.vacuum)
+            cont.close()
+        except LabError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"dropped {report.dropped} events into {args.archive}, kept {report.kept_needed} still needed, {report.remaining} remain")
+        return 0
     try:
         sites = load_sites(args.sites)
         service = ContinuationService(
