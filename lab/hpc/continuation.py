@@ -24,6 +24,16 @@ waiting, so it runs again later. Effects outside the database (submitting the
 next job) should use the continuation id as their idempotency key
 (:attr:`ContinuationRecord.id`), which :mod:`lab.hpc.skills` does.
 
+At scale (issue #16): the service asks each site only for its watched jobs (on Slurm one
+``squeue -u USER -j ID,...`` call, then the completion records for jobs squeue has forgotten,
+see :mod:`lab.hpc.schedulers.slurm_poll`), at most once per site per ``site_min_interval_s``;
+a due queue sample serves that second's job poll. Retention: :meth:`Continuations.compact`
+(``python -m lab.hpc.continuation compact``) trims the log into an archive; the rule stored
+with the log (:data:`RETENTION_QUERY`) keeps every event a waiting continuation or a watched
+job or transfer still needs, so a continuation pending across a compaction still resumes,
+exactly once. Submissions made under an idempotency key are kept in
+:attr:`Continuations.submissions` (:class:`Submissions`).
+
 Times are epoch seconds (UTC).
 """
 
