@@ -5,7 +5,7 @@ from __future__ import annotations
 from lab import LabError
 
 __all__ = ["TrainingError", "CodecError", "NonFiniteError", "HookError", "GiftError",
-           "RunConfigError", "CheckpointError", "RunInterrupted"]
+           "RunConfigError", "CheckpointError", "RunInterrupted", "HardwareFileError"]
 
 
 class TrainingError(LabError):
@@ -69,3 +69,21 @@ class RunInterrupted(TrainingError):
 
         self.signal = signum
         super().__init__(f"interrupted by {_signal.Signals(signum).name}")
+
+
+class HardwareFileError(TrainingError, ValueError):
+    """A hardware description file (:mod:`lab.training.perfmodel.hardware`) cannot be used: unreadable,
+    not valid TOML, or a field that is missing, negative, of the wrong type or unknown.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    field : str or None
+        The offending field as a dotted path (``"peak_flops.bf16.value"``); None for a whole-file error.
+    """
+
+    def __init__(self, path: str, field: str | None, message: str):
+        self.path, self.field = str(path), field
+        where = f"{self.path}: field {field!r}" if field is not None else self.path
+        super().__init__(f"{where}: {message}")
