@@ -35,15 +35,17 @@ setup: $(STAMP) labextension
 
 # The research-lab JupyterLab extension (TypeScript in widgets/labextension/, from the official extension template):
 # rebuilt with jlpm (packages from the npm registry, about a minute) only when its sources differ from the committed
-# build (widgets/labextension/build-hash.json), then linked into the venv, as an editable install does not install a
-# wheel's data files: share/jupyter/labextensions/research-lab (the front end) and the server part's enabling config.
+# build (widgets/labextension/build-hash.json), then copied into the venv (a copy: Voila's static handler refuses a
+# symlink out of its folder), as an editable install does not install a wheel's data files: share/jupyter/labextensions/research-lab (the front end) and the server part's enabling config.
 # A plain `pip install .` (a wheel) installs both itself. Check: jupyter labextension list; jupyter server extension list.
 LABEXT_DIR := $(VENV)/share/jupyter/labextensions/research-lab
 labextension: $(STAMP)
 	@$(BIN)/python widgets/labextension/build.py
 	@mkdir -p $(dir $(LABEXT_DIR)) $(VENV)/etc/jupyter/jupyter_server_config.d
-	@if [ ! -L $(LABEXT_DIR) ]; then rm -rf $(LABEXT_DIR); fi; ln -sfn $(CURDIR)/widgets/labextension/prebuilt $(LABEXT_DIR)
+	@rm -rf $(LABEXT_DIR); cp -r widgets/labextension/prebuilt $(LABEXT_DIR)
 	@cp jupyter-config/server-config/research_lab_ext.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	@# Voila's own JupyterLab packages (4.2) cannot host the extension (built for 4.6): its pages leave it out
+	@cp jupyter-config/voila-config/voila.json $(VENV)/etc/jupyter/voila.json
 
 # Verify every registered data set (the bundled files, the pip packages that carry data), fetching what is not
 # local, and print where each resolved.

@@ -77,6 +77,9 @@ def test_lab_runs_the_notebook_and_the_dashboard_follows_the_slider(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as refused:  # the token is required
             urllib.request.urlopen(f"{base}/api/contents", timeout=30)
         assert refused.value.code == 403
+        # make lab loads the research-lab server extension (default base_url): the launcher's dashboards
+        listed = json.load(urllib.request.urlopen(f"{base}/research-lab/dashboards?token={token}", timeout=30))
+        assert [d["file"] for d in listed] == sorted(p.name for p in (ROOT / "notebooks" / "dashboards").glob("*.ipynb"))
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
             try:

@@ -25,7 +25,7 @@ from tests.browser import (
     voila_notebook,
     voila_server,
 )
-from tests.dashboard_checks import STATUS_JS, check_candidates, check_fits, check_queue_dashboard, check_sites_live
+from tests.dashboard_checks import QUEUE, STATUS_JS, check_candidates, check_fits, check_plot, check_queue_dashboard, check_sites_live
 
 
 @pytest.mark.browser
@@ -56,6 +56,17 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
             net.check()  # every request went to 127.0.0.1 (no Font Awesome from a CDN), no console error
             assert any("/voila/templates/research-lab/static/" in r for r in net.requests)  # the project's template
             assert page.evaluate(FONT_AWESOME_JS) == FONT_AWESOME_5  # icons still have their font, served locally
+            # a shared link: the dashboard reads its parameters from the URL query (one site, day 10)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            watch = PageWatch(page, "queue_voila_query")
+            net = NetworkWatch(page, "queue_voila_query", voila=True)
+            page.goto(f"{base}/voila/render/dashboards/01_queues.ipynb?token={token}&trace=hpc2n&day=10", timeout=300_000)
+            drawn = check_plot(watch, QUEUE, lines=4, points=2, bars=1)
+            assert drawn["areas"] == 3, drawn  # one site x 3 panels
+            marker = page.evaluate(f"() => document.querySelector('{QUEUE} .js-plotly-plot').layout.shapes[0].x0")
+            assert marker == pytest.approx(10.0)
+            assert "HPC2N" in page.locator(QUEUE).inner_text() and "Theta" not in page.locator(QUEUE).inner_text()
+            net.check()
         finally:
             browser.close()
     assert "deprecated" not in log.read_text().lower()

@@ -71,6 +71,9 @@ def test_wheel_installs_the_lab_and_server_extensions_in_a_fresh_venv(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
                    check=True, capture_output=True)
     assert (venv / "share/jupyter/labextensions/research-lab/install.json").is_file()
+    # Voila (whose own JupyterLab packages are older) is told to leave the extension out of its pages
+    voila_cfg = json.loads((venv / "etc/jupyter/voila.json").read_text())
+    assert voila_cfg["VoilaConfiguration"]["extension_denylist"] == ["research-lab"]
     env = jupyter_env(tmp_path / "jupyter")
     env.pop("JUPYTER_PATH", None), env.pop("JUPYTER_CONFIG_PATH", None)
     env["PYTHONPATH"] = ""

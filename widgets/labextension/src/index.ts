@@ -58,6 +58,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browser: IDefaultFileBrowser | null,
     restorer: ILayoutRestorer | null
   ) => {
+    if (app.name !== 'JupyterLab') {
+      // Voila (and other Lumino front ends) load every prebuilt extension; the launcher, menu and
+      // side panel belong to JupyterLab, whose server runs research_lab_ext.
+      return;
+    }
     const settings = app.serviceManager.serverSettings;
     let dashboards: IDashboard[] = [];
     const byId = (id: string) => dashboards.find(d => d.id === id);
