@@ -71,7 +71,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,7 +81,15 @@ from tqdm import tqdm
 
 from benchmarks._common import write
 from lab.training.comm.codecs import get_codec
-from lab.training.comm.gift import CovarianceTracker, KroneckerWhitening, LayerSelector, Whitening, saturation_rates
+from lab.training.comm.gift import (
+    CovarianceEMA,
+    CovarianceTracker,
+    KroneckerWhitening,
+    LayerSelector,
+    RefreshSchedule,
+    Whitening,
+    saturation_rates,
+)
 from lab.training.data import BatchSampler, TextCorpus
 from lab.training.model import GPT, GPTConfig
 from lab.training.optim import AdamS
@@ -178,13 +186,19 @@ def _lr(step: int, peak: float, warmup: int, total: int, floor_ratio: float = 0.
 class _Study:
     """Single-process dense-AdamS training whose input covariances are tracked as the GIFT hook tracks them.
 
-    Iterating yields ``step`` (1-based) after that step's forward and backward (gradients in ``.grad``)
-    and after the covariance refresh due at that step; the optimizer steps when the consumer asks for
-    the next step.
+    Iterating yields ``(step, refreshed)`` (``step`` 1-based) after that step's forward and backward
+    (gradients in ``.grad``) and after the covariance refresh due at that step; the optimizer steps when
+    the consumer asks for the next step. The refresh test and the EMA are the hook's own
+    (:class:`~lab.training.comm.gift.RefreshSchedule`, :class:`~lab.training.comm.gift.CovarianceEMA`,
+    ``ema_per="step"``), at the hook's 0-based step ``step - 1``; ``selecting(t)`` says whether a layer
+    selection happens at 0-based step ``t`` (the hook refreshes then too; None: no selection).
     """
 
-    def __init__(self, corpus: TextCorpus, s: Settings, *, seed: int, steps: int):
+    def __init__(self, corpus: TextCorpus, s: Settings, *, seed: int, steps: int,
+                 selecting: Callable[[int], bool] | None = None):
         self.s, self.steps, self.seed = s, steps, seed
+        self.schedule = RefreshSchedule(s.gift_refresh_every, s.gift_refresh_warmup)
+        self.selecting = selecting
         cfg = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, **s.codec_model)
         torch.manual_seed(seed)
         self.model = GPT(cfg)
@@ -207,9 +221,10 @@ class _Study:
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = AdamS([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=s.codec_lr)
-        self.cov: dict[str, Tensor] = {}  # right-hand factors: a Linear's A, an embedding's S
-        self.out_cov: dict[str, Tensor] = {}  # left-hand factors B
-        self._last: dict[tuple[str, bool], int] = {}
+        self.ema = CovarianceEMA(s.gift_ema, "step")  # right-hand factors: a Linear's A, an embedding's S
+        self.out_ema = CovarianceEMA(s.gift_ema, "step")  # left-hand factors B
+        self.cov: dict[str, Tensor] = self.ema.cov
+        self.out_cov: dict[str, Tensor] = self.out_ema.cov
         self.losses: dict[int, float] = {}
 
     def __iter__(self) -> Iterator[tuple[int, bool]]:
@@ -219,7 +234,7 @@ class _Study:
                 g["lr"] = _lr(step, s.codec_lr, s.codec_warmup, self.steps)
             x, y = self.sampler.batch(self.tokens, step, 0)
             _, loss = self.model(x, y)
-            refreshed = (step - 1) < s.gift_refresh_warmup or (step - 1) % s.gift_refresh_every == 0
+            refreshed = self.schedule.due(step - 1, self.selecting is not None and self.selecting(step - 1))
             if refreshed:  # input side between forward and backward, where the hook's step starts
                 self._refresh(step, self.tracker, self.linear)
             loss.backward()
@@ -239,11 +254,7 @@ class _Study:
             if count <= 0:
                 continue
             left = tracker is self.out_tracker and n in self.output_side
-            covs = self.out_cov if left else self.cov
-            a = total.to(torch.float64) / count
-            b = self.s.gift_ema ** (step - self._last.get((n, left), step))
-            covs[n] = a if n not in covs else b * covs[n] + (1 - b) * a
-            self._last[(n, left)] = step
+            (self.out_ema if left else self.ema).update(n, total.to(torch.float64) / count, step - 1)
 
     def whitening(self, layer: str, damping: float) -> Whitening | KroneckerWhitening:
         """The hook's transform of ``layer``: both factors when it has a left-hand one (same rank and damping)."""
@@ -433,7 +444,8 @@ def run_codecs(corpus: TextCorpus, s: Settings) -> tuple[dict, dict, dict]:
     prof = _profile(corpus, s)
     damping = prof["damping"]
     s = dataclasses.replace(s, gift_ema=prof["ema"])
-    study = _Study(corpus, s, seed=s.seed, steps=s.codec_steps)
+    # the hook also refreshes at each selection step of the rule the gift_* codecs use
+    study = _Study(corpus, s, seed=s.seed, steps=s.codec_steps, selecting=lambda t: selectors[MAIN_RULE].due(t))
     layers, weight_of = study.layers, study.weight_of
     base = get_codec("fp8_e4m3")
     codecs = {name: get_codec(name) for name in EUCLIDEAN_CODECS}
@@ -645,7 +657,7 @@ def _codec_table(by_step: dict, numel: dict, timing: dict | None, s: Settings, s
     cov_bytes = 4 * (sum(d * (d + 1) // 2 for d in dims) + len(dims))
     factor_bytes = 4 * sum(d * min(s.gift_rank, d) + min(s.gift_rank, d) + 1 for d in dims)
     select_bytes = 8 * 6 * len(layers)
-    refreshes = sum(1 for t in range(s.codec_steps) if t < s.gift_refresh_warmup or t % s.gift_refresh_every == 0)
+    refreshes = study.schedule.count(s.codec_steps, study.selecting)
     side = (cov_bytes + factor_bytes) * refreshes / s.codec_steps + select_bytes / s.reselect_every
     side_rank0 = (4 * len(dims) + factor_bytes) * refreshes / s.codec_steps + select_bytes / s.reselect_every
     table = {}

@@ -892,3 +892,65 @@ def test_rank0_statistics_failure_on_rank0_raises_on_every_rank(tmp_path):
     assert step0 == step1 == "2"
     assert "injected failure on rank 0" in msg0
     assert "rank 0 failed to build the GIFT factors" in msg1
+
+
+# -- one refresh schedule and EMA for the hook and the benchmark ---------------------------------------
+
+
+def test_refresh_schedule_and_covariance_ema_by_hand():
+    from lab.training.comm.gift import CovarianceEMA, RefreshSchedule
+
+    sched = RefreshSchedule(every=4, warmup=2)
+    assert [t for t in range(10) if sched.due(t)] == [0, 1, 4, 8]
+    assert [t for t in range(10) if sched.due(t, selecting=t == 3)] == [0, 1, 3, 4, 8]
+    assert sched.count(10, lambda t: t in (3, 4)) == 5
+    for bad in ({"every": 0}, {"every": True}, {"every": 2, "warmup": -1}):
+        with pytest.raises(GiftError, match="refresh_(every|warmup)"):
+            RefreshSchedule(**bad)
+    a, b = torch.eye(2), 3 * torch.eye(2)
+    per_step = CovarianceEMA(0.5, "step")
+    per_step.update("x", a, 1)
+    assert torch.equal(per_step.update("x", b, 3), (0.25 * a + 0.75 * b).double())  # 0.5 ** (3 - 1)
+    per_refresh = CovarianceEMA(0.5, "refresh")
+    per_refresh.update("x", a, 1)
+    assert torch.equal(per_refresh.update("x", b, 3), (0.5 * a + 0.5 * b).double())
+    assert per_refresh.last == {"x": 3} and per_refresh.cov["x"].dtype == torch.float64
+    for bad in ({"ema": 1.0}, {"ema": -0.1}, {"ema": 0.5, "per": "epoch"}):
+        with pytest.raises(GiftError, match="ema"):
+            CovarianceEMA(**bad)
+
+
+def test_benchmark_study_refreshes_and_averages_exactly_as_the_hook():
+    """benchmarks.comm's _Study (what the codec table measures) and GiftHookState on the same model and
+    data: the same refresh steps (warm-up, period and the selection steps) and the same covariance EMAs."""
+    import dataclasses
+
+    from benchmarks import comm as bench
+    from lab.training.data import TextCorpus
+
+    text = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. "
+    corpus = TextCorpus(val_plays=["val"], texts={"train": text * 30, "val": text * 3})
+    s = dataclasses.replace(bench.QUICK, gift_refresh_every=4, gift_refresh_warmup=2, gift_ema=0.7)
+    selector: list[LayerSelector] = []
+    study = bench._Study(corpus, s, seed=0, steps=11, selecting=lambda t: selector[0].due(t))
+    first = study.layers[0]
+    selector.append(LayerSelector(study.layers, select_by="gain", initial=[first], every=3))
+    state, hook = get_hook("gift_fp8", model=study.model, layers=[first], select_by="gain", reselect_every=3,
+                           rank=s.gift_rank, damping=0.3, ema=s.gift_ema, ema_per="step",
+                           refresh_every=s.gift_refresh_every, refresh_warmup=s.gift_refresh_warmup,
+                           output_side=s.gift_output_side, output_side_max=s.gift_output_side_max)
+    study_steps, hook_steps = [], []
+    for step, refreshed in study:
+        if refreshed:
+            study_steps.append(step - 1)
+        hook(state, FakeBucket([p for p in study.model.parameters() if p.grad is not None])).wait()
+        if state._last_refresh and max(state._last_refresh.values()) == step - 1:
+            hook_steps.append(step - 1)
+        assert set(study.cov) == set(state._cov) and set(study.out_cov) == set(state._out_cov), step
+        for mine, theirs in ((study.cov, state._cov), (study.out_cov, state._out_cov)):
+            for n in mine:
+                assert torch.allclose(mine[n], theirs[n], rtol=1e-6, atol=1e-9), (step, n)
+    state.close()
+    # warm-up 0, 1; period 4, 8; selections at 3, 6, 9 (the old benchmark test missed these)
+    assert study_steps == hook_steps == [0, 1, 3, 4, 6, 8, 9]
+    assert study.out_cov and study.cov

@@ -115,9 +115,12 @@ from lab.training.errors import GiftError
 __all__ = [
     "RESIDUALS",
     "SELECT_BY",
+    "EMA_PER",
+    "CovarianceEMA",
     "CovarianceTracker",
     "KroneckerWhitening",
     "LayerSelector",
+    "RefreshSchedule",
     "Whitening",
     "euclidean_roundtrip",
     "gift_roundtrip",
@@ -763,3 +766,112 @@ class LayerSelector:
         })
         self.window.zero_()
         return self.selected
+
+
+# -- refresh schedule and covariance EMA (shared by the hook and benchmarks.comm) --------------------
+
+
+#: How :class:`CovarianceEMA` decays an old covariance: once per step elapsed, or once per refresh.
+EMA_PER = ("step", "refresh")
+
+
+class RefreshSchedule:
+    """When GIFT rebuilds its factors from the covariances collected since the last refresh.
+
+    Step ``t`` (0-based: the hook's :attr:`~lab.training.comm.hooks.CommHookState.step`, the number of
+    steps completed before it) is a refresh step when ``t < warmup`` (every step of the warm-up, when the
+    model moves fastest), when ``t % every == 0`` (the artifact's fixed period, 50), or when a layer
+    selection happens at ``t`` (``selecting``: newly selected layers then start from fresh factors).
+    :class:`~lab.training.comm.hooks.GiftHookState` and ``benchmarks.comm`` both decide with this class.
+
+    Parameters
+    ----------
+    every : int
+        Refresh period in steps, ``>= 1`` (artifact ``update_freq``: 50).
+    warmup : int
+        Refresh at each of the first ``warmup`` steps, ``>= 0`` (0: the fixed period only).
+
+    Raises
+    ------
+    GiftError
+        ``every`` not an int ``>= 1`` or ``warmup`` not an int ``>= 0`` (the message names the hook's
+        keyword, ``refresh_every`` / ``refresh_warmup``).
+    """
+
+    def __init__(self, every: int, warmup: int = 0):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise GiftError(f"refresh_every must be an int >= 1, got {every!r}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise GiftError(f"refresh_warmup must be an int >= 0, got {warmup!r}")
+        self.every, self.warmup = every, warmup
+
+    def due(self, step: int, selecting: bool = False) -> bool:
+        """Whether 0-based ``step`` refreshes; ``selecting``: a layer selection happens at that step."""
+        return step < self.warmup or step % self.every == 0 or bool(selecting)
+
+    def count(self, steps: int, selecting: Callable[[int], bool] | None = None) -> int:
+        """Refresh steps among steps ``0 .. steps - 1``; ``selecting(t)``: whether ``t`` selects (e.g.
+        :meth:`LayerSelector.due`)."""
+        return sum(1 for t in range(steps) if self.due(t, selecting is not None and selecting(t)))
+
+    def __repr__(self) -> str:
+        return f"RefreshSchedule(every={self.every}, warmup={self.warmup})"
+
+
+class CovarianceEMA:
+    """Exponential moving averages of per-layer covariances, updated at refresh steps.
+
+    ``update(name, a_new, step)`` sets ``C <- a_new`` the first time and ``C <- b C + (1 - b) a_new``
+    after, with ``b = ema ** (step - last_refresh)`` (``per="step"``: the same time constant whatever the
+    refresh period; ``ema ** 50`` for a 50-step period) or ``b = ema`` (``per="refresh"``: the artifact,
+    ``A <- 0.95 A_old + 0.05 A_mean`` at each refresh). Computed in float64.
+
+    Parameters
+    ----------
+    ema : float
+        EMA factor in ``[0, 1)`` (artifact: 0.95); 0 keeps only the latest covariance.
+    per : {"step", "refresh"}
+        What one application of ``ema`` stands for.
+
+    Attributes
+    ----------
+    cov : dict[str, Tensor]
+        Current averages, float64 ``(d, d)``, by layer name.
+    last : dict[str, int]
+        Step of each layer's last refresh (also set by :meth:`mark` on ranks that receive factors
+        instead of averaging covariances).
+
+    Raises
+    ------
+    GiftError
+        ``ema`` outside ``[0, 1)`` or an unknown ``per``.
+    """
+
+    def __init__(self, ema: float, per: str = "step"):
+        if isinstance(ema, bool) or not (isinstance(ema, (int, float)) and 0 <= ema < 1):
+            raise GiftError(f"ema must be in [0, 1), got {ema!r}")
+        if per not in EMA_PER:
+            raise GiftError(f"ema_per must be one of {EMA_PER}, got {per!r}")
+        self.ema, self.per = float(ema), per
+        self.cov: dict[str, Tensor] = {}
+        self.last: dict[str, int] = {}
+
+    def weight(self, name: str, step: int) -> float:
+        """The weight ``b`` the old average of ``name`` gets at a refresh at ``step``."""
+        if self.per == "refresh":
+            return self.ema
+        return self.ema ** (step - self.last.get(name, step))
+
+    def update(self, name: str, a_new: Tensor, step: int) -> Tensor:
+        """Fold one refresh's covariance ``a_new`` (``(d, d)``, any float dtype) of ``name`` in at ``step``;
+        returns the new float64 average."""
+        a_new = a_new.to(torch.float64)
+        old = self.cov.get(name)
+        b = self.weight(name, step)
+        self.cov[name] = a_new if old is None else b * old + (1.0 - b) * a_new
+        self.last[name] = step
+        return self.cov[name]
+
+    def mark(self, name: str, step: int) -> None:
+        """Record a refresh of ``name`` at ``step`` without a covariance (its factors came from elsewhere)."""
+        self.last[name] = step

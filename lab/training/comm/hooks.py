@@ -82,9 +82,11 @@ from lab.training.comm.codecs import Codec, Float32Codec, get_codec
 from lab.training.comm.gift import (
     RESIDUALS,
     SELECT_BY,
+    CovarianceEMA,
     CovarianceTracker,
     KroneckerWhitening,
     LayerSelector,
+    RefreshSchedule,
     Whitening,
     saturation_rates,
 )
@@ -792,14 +794,9 @@ class GiftHookState(CodecHookState):
             raise GiftError(f"rank must be an int >= 1, got {rank!r}")
         if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
             raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
-        if not (isinstance(ema, (int, float)) and 0 <= ema < 1):
-            raise GiftError(f"ema must be in [0, 1), got {ema!r}")
-        if ema_per not in ("refresh", "step"):
-            raise GiftError(f"ema_per must be 'refresh' or 'step', got {ema_per!r}")
-        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise GiftError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
-        if isinstance(refresh_warmup, bool) or not isinstance(refresh_warmup, int) or refresh_warmup < 0:
-            raise GiftError(f"refresh_warmup must be an int >= 0, got {refresh_warmup!r}")
+        #: when factors are rebuilt, and the covariance EMAs (input / right-hand side, output / left-hand side)
+        self.schedule = RefreshSchedule(refresh_every, refresh_warmup)
+        self._ema_in, self._ema_out = CovarianceEMA(ema, ema_per), CovarianceEMA(ema, ema_per)
         if residual not in RESIDUALS:
             raise GiftError(f"residual must be one of {RESIDUALS}, got {residual!r}")
         if track not in ("all", "selected"):
@@ -817,7 +814,6 @@ class GiftHookState(CodecHookState):
         self.rank_r, self.damping, self.ema, self.refresh_every = rank, float(damping), float(ema), refresh_every
         self.refresh_warmup = refresh_warmup
         self.residual, self.track, self.collect, self.ema_per = residual, track, collect, ema_per
-        self._last_refresh: dict[str, int] = {}
         self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
         self.statistics = statistics
         self.gift_error_feedback = ErrorFeedback() if error_feedback else None
@@ -878,12 +874,15 @@ class GiftHookState(CodecHookState):
                                       initial=None if layers is None else list(layers))
         self.whitening: dict[str, Whitening] = {}
         self.out_whitening: dict[str, Whitening] = {}
-        self._cov: dict[str, Tensor] = {}
-        self._out_cov: dict[str, Tensor] = {}
-        self._out_last_refresh: dict[str, int] = {}
         self.refreshes = 0  # steps at which some factor was refreshed
         self._counted_refresh = -1
         self.layer_history: deque[dict] = deque(maxlen=None if history is None else history * len(self.layers))
+
+    # the covariance EMAs' dicts under their old names (state_dict keys, tests)
+    _cov = property(lambda self: self._ema_in.cov)
+    _out_cov = property(lambda self: self._ema_out.cov)
+    _last_refresh = property(lambda self: self._ema_in.last)
+    _out_last_refresh = property(lambda self: self._ema_out.last)
 
     @property
     def selected(self) -> tuple[str, ...]:
@@ -978,9 +977,9 @@ class GiftHookState(CodecHookState):
             raise HookError(f"GIFT hook state_dict lacks {exc}") from None
         super().load_state_dict(state)
         try:
-            self._cov = dict(state["cov"])
+            self._ema_in.cov = dict(state["cov"])
             self.whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["whitening"].items()}
-            self._last_refresh = dict(state["last_refresh"])
+            self._ema_in.last = dict(state["last_refresh"])
             self.refreshes = int(state["refreshes"])
             self._counted_refresh = self.step - 1
             if self.gift_error_feedback is not None:
@@ -991,9 +990,9 @@ class GiftHookState(CodecHookState):
             for tracker, key in ((self.tracker, "tracker"), (self.out_tracker, "out_tracker")):
                 sums, counts = state[key]
                 tracker._sums, tracker._counts = dict(sums), {n: int(counts.get(n, 0)) for n in tracker.dims}
-            self._out_cov = dict(state["out_cov"])
+            self._ema_out.cov = dict(state["out_cov"])
             self.out_whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["out_whitening"].items()}
-            self._out_last_refresh = dict(state["out_last_refresh"])
+            self._ema_out.last = dict(state["out_last_refresh"])
         except KeyError as exc:
             raise HookError(f"GIFT hook state_dict lacks {exc}") from None
 
@@ -1012,7 +1011,7 @@ class GiftHookState(CodecHookState):
     # step start: side collectives ----------------------------------------------------------------
 
     def _is_refresh_step(self, step: int) -> bool:
-        return step < self.refresh_warmup or step % self.refresh_every == 0 or self.selector.due(step)
+        return self.schedule.due(step, self.selector.due(step))
 
     def _on_step_start(self, rec: StepRecord) -> None:
         if self._is_refresh_step(self.step):
@@ -1063,13 +1062,8 @@ class GiftHookState(CodecHookState):
                 if n <= 0:
                     continue
                 is_left = left and name in self.output_side
-                covs, last = (self._out_cov, self._out_last_refresh) if is_left else (self._cov, self._last_refresh)
-                a_new = s.to(torch.float64) / n
-                old = covs.get(name)
-                b = self.ema if self.ema_per == "refresh" else self.ema ** (self.step - last.get(name, self.step))
-                covs[name] = a_new if old is None else b * old + (1.0 - b) * a_new
-                last[name] = self.step
-                fresh[name] = Whitening.from_covariance(covs[name], self.rank_r, self.damping, self.residual)
+                cov = (self._ema_out if is_left else self._ema_in).update(name, s.to(torch.float64) / n, self.step)
+                fresh[name] = Whitening.from_covariance(cov, self.rank_r, self.damping, self.residual)
         except Exception:
             if local:  # the other ranks wait for rank 0's header: tell them it failed, then raise here
                 failed = torch.full((len(names),), -2.0, dtype=torch.float32, device=self.device)
@@ -1107,8 +1101,7 @@ class GiftHookState(CodecHookState):
         rec.extra_bytes += 4 * flat.numel()
         left = tracker is self.out_tracker
         for n in ks:
-            last = self._out_last_refresh if left and n in self.output_side else self._last_refresh
-            last[n] = self.step
+            (self._ema_out if left and n in self.output_side else self._ema_in).mark(n, self.step)
         self._install_factors(tracker, _unflatten_factors(flat, shapes))
 
     def _install_factors(self, tracker: CovarianceTracker, fresh: dict[str, Whitening]) -> None:
