@@ -46,6 +46,7 @@ def test_the_readme_has_the_snippets_this_test_knows():
         "Using the lab from Python",
         "Provenance of agent runs",
         "Distributed training and gradient communication",
+        "Performance model of distributed training (in progress, #25)",
         "Image restoration with flow priors",
         "Video generation with a chain of experts (ConFiner)",
     ]
@@ -56,7 +57,7 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     ns: dict = {}
-    (queues, dashboard, provenance, training, restoration, video) = [code for _, code in snippets()]
+    (queues, dashboard, provenance, training, perfmodel, restoration, video) = [code for _, code in snippets()]
 
     exec(compile(queues, "README.md (queues)", "exec"), ns)
     assert len(ns["trace"]) == 23_911 and ns["replay"].snapshot(ns["t"]).pending >= 0
@@ -92,6 +93,9 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
             time.sleep(1)
     finally:
         _stop(procs)
+
+    exec(compile(perfmodel, "README.md (performance model)", "exec"), ns)
+    assert ns["llemma"].world_size == 16
 
     exec(compile(restoration, "README.md (restoration)", "exec"), ns)
     assert tuple(ns["out"].x.shape) == (8, 1, 28, 28) and ns["out"].nfe == 20

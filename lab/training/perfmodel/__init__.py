@@ -8,7 +8,12 @@ and byte counts (:mod:`~lab.training.perfmodel.operators`), the pipeline composi
 (:mod:`~lab.training.perfmodel.roofline`). The profiled per-operator regressors come later.
 """
 
+from lab.training.perfmodel.compose import StepPrediction, compose, simulate_pipeline
 from lab.training.perfmodel.config import BYTES_PER_ELEMENT, PerfConfig
+from lab.training.perfmodel.hardware import Hardware, available_hardware, load_hardware
 from lab.training.perfmodel.operators import Operator, decompose, stage_parameters
+from lab.training.perfmodel.roofline import Roofline, collective_time
 
-__all__ = ["BYTES_PER_ELEMENT", "Operator", "PerfConfig", "decompose", "stage_parameters"]
+__all__ = ["BYTES_PER_ELEMENT", "Hardware", "Operator", "PerfConfig", "Roofline", "StepPrediction",
+           "available_hardware", "collective_time", "compose", "decompose", "load_hardware",
+           "simulate_pipeline", "stage_parameters"]
