@@ -954,3 +954,14 @@ def test_benchmark_study_refreshes_and_averages_exactly_as_the_hook():
     # warm-up 0, 1; period 4, 8; selections at 3, 6, 9 (the old benchmark test missed these)
     assert study_steps == hook_steps == [0, 1, 3, 4, 6, 8, 9]
     assert study.out_cov and study.cov
+
+
+def test_train_config_docstring_names_only_hooks_that_exist():
+    import re
+
+    from lab.training.run import TrainConfig
+
+    doc = TrainConfig.__doc__
+    entry = doc[doc.index("    comm : str"):doc.index("    comm_kwargs")]
+    named = re.findall(r'``"([a-z0-9_]+)"``', entry)
+    assert named and set(named) <= set(HOOKS), set(named) - set(HOOKS)

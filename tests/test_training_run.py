@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from lab.training.comm.hooks import fp32_hook
 from lab.training.errors import CheckpointError, RunConfigError, TrainingError
 from lab.training.model import GPT, GPTConfig, ModelConfigError
 from lab.training.monitor import RunMonitor, RunRecorder
@@ -107,17 +107,19 @@ def test_cosine_schedule_with_warmup(tmp_path):
     assert lr_at(cfg.model_copy(update={"schedule": "constant"}), 80) == 1e-3
 
 
-def test_comm_hook_resolution(tmp_path, monkeypatch):
+def test_comm_hook_resolution(tmp_path):
     model = GPT(GPTConfig.tiny(85))
     state, hook, builtin = _resolve_hook(tiny_config(tmp_path), model)
     assert callable(hook) and not builtin  # lab.training.comm.hooks is there
     with pytest.raises(RunConfigError, match="comm method 'nope'"):
         _resolve_hook(tiny_config(tmp_path, comm="nope"), model)
-    # without the hooks module: fp32 falls back to the built-in hook, anything else is refused
-    monkeypatch.setitem(sys.modules, "lab.training.comm.hooks", None)
+    # fp32 is lab.training.comm.hooks.fp32_hook (no second copy in run.py); a codec name is not a hook name
     state, hook, builtin = _resolve_hook(tiny_config(tmp_path), model)
-    assert builtin and state is None and hook.__name__ == "fp32_allreduce_hook"
-    with pytest.raises(RunConfigError, match="needs lab.training.comm.hooks.get_hook"):
+    assert hook is fp32_hook and not builtin and state is not None
+    import lab.training.run as run_module
+
+    assert not hasattr(run_module, "fp32_allreduce_hook")
+    with pytest.raises(RunConfigError, match="comm method 'fp8_e4m3'"):
         _resolve_hook(tiny_config(tmp_path, comm="fp8_e4m3"), model)
 
 

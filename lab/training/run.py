@@ -105,7 +105,7 @@ from lab.training.model import GPT, GPTConfig
 from lab.training.monitor import KIND_STATUS, RunRecorder, open_log
 from lab.training.process import TORCHRUN_CMDLINE, ParentWatch, RunHandle
 
-__all__ = ["FaultSpec", "RunHandle", "RunResult", "TrainConfig", "fp32_allreduce_hook", "launch", "lr_at", "main", "train"]
+__all__ = ["FaultSpec", "RunHandle", "RunResult", "TrainConfig", "launch", "lr_at", "main", "train"]
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,8 +153,8 @@ class TrainConfig(BaseModel):
     weight_decay : float
         Decoupled weight decay on matrices (Linear weights, embeddings); none on biases and LayerNorms.
     comm : str
-        DDP comm hook name (``"fp32"``, ``"fp8_e4m3"``, ``"gift_fp8"``, ... as
-        ``lab.training.comm.hooks`` knows them); must be ``"fp32"`` with SCAPE (unused there).
+        DDP comm hook name, one of :data:`lab.training.comm.hooks.HOOKS` (``"fp32"``, ``"fp8"``,
+        ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``); must be ``"fp32"`` with SCAPE (unused there).
     comm_kwargs : dict
         Passed to ``get_hook``.
     seed : int
@@ -289,14 +289,6 @@ class RunResult:
 
 
 # ---------------------------------------------------------------------------------------------- comm hooks
-def fp32_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The built-in fp32 DDP comm hook: average the bucket with one all-reduce (like torch's
-    ``default_hooks.allreduce_hook``). Used when :mod:`lab.training.comm.hooks` is not available."""
-    group = state if state is not None else dist.group.WORLD
-    world = dist.get_world_size(group)
-    buffer = bucket.buffer().div_(world)
-    fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
 
 
 class _TimedHook:
@@ -326,16 +318,10 @@ class _TimedHook:
 
 
 def _resolve_hook(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, Any, bool]:
-    """(state, hook, builtin) for ``config.comm``."""
-    try:
-        from lab.training.comm.hooks import get_hook
-    except ImportError as exc:
-        if config.comm == "fp32" and not config.comm_kwargs:
-            return None, fp32_allreduce_hook, True
-        raise RunConfigError(
-            f"comm method {config.comm!r} needs lab.training.comm.hooks.get_hook, which is not available "
-            f"({type(exc).__name__}: {exc}); only 'fp32' without comm_kwargs works without it"
-        ) from None
+    """(state, hook, builtin) for ``config.comm``, from :func:`lab.training.comm.hooks.get_hook` (its
+    ``fp32_hook`` is the fp32 all-reduce: there is no second copy here, so ``builtin`` is always False)."""
+    from lab.training.comm.hooks import get_hook
+
     kwargs = {"history": 16, **config.comm_kwargs, "model": model}
     try:
         made = get_hook(config.comm, **kwargs)
