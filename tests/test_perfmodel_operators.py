@@ -94,3 +94,22 @@ def test_pipeline_p2p_and_rope():
 def test_bad_config_is_refused_naming_the_field(bad, field):
     with pytest.raises(ValidationError, match=field):
         PerfConfig(**{**TINY, **bad})
+
+
+def test_linear_flops_are_six_n_d_and_every_issue_operator_is_there():
+    # Kaplan et al. 2020, Sec. 2.1: a training step's matmul FLOPs are 6 x tokens x (weights in matmuls).
+    cfg = PerfConfig(n_layer=4, d_model=64, n_head=4, seq_len=16, vocab_size=100, micro_batch=2, bias=False,
+                     pp=2, tp=2, dp=2, rope=True, zero1=True, precision="bf16")
+    ops = decompose(cfg)
+    linears = [o for o in ops if o.name.endswith("_linear")]
+    weights = (12 * 64 * 64 * 4 + 100 * 64) / 2  # per TP rank
+    assert sum(o.fwd_flops + o.bwd_flops for o in linears) == 6 * 2 * 16 * weights
+    names = {o.name for o in ops}
+    assert names == {"embedding", "layernorm_attn", "qkv_linear", "rope", "attention", "attn_out_linear",
+                     "residual_attn", "layernorm_mlp", "ffn_up_linear", "gelu", "ffn_down_linear", "residual_mlp",
+                     "layernorm_final", "vocab_linear", "cross_entropy", "optimizer_step", "tp_allreduce_embedding",
+                     "tp_allreduce_attn", "tp_allreduce_mlp", "tp_allreduce_head", "tp_allreduce_ce", "pp_p2p",
+                     "dp_allreduce", "dp_allgather"}
+    assert {o.stage for o in ops if o.name == "optimizer_step"} == {0, 1}
+    gather = [o for o in ops if o.name == "dp_allgather"]
+    assert [o.fwd_bytes for o in gather] == [p * 2 for p in stage_parameters(cfg)]  # bf16 parameters gathered

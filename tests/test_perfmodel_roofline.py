@@ -125,3 +125,11 @@ def test_tensor_parallel_collectives_pick_the_tier(tmp_path):
     ar8 = next(o for o in decompose(PerfConfig(**{**TINY, "n_head": 8}, tp=8)) if o.name == "tp_allreduce_mlp")
     assert rl.op_time(ar8, "bwd") == pytest.approx(2 * 7 * 3e-6 + 2 * 7 / 8 * 128 / 25e9)
     assert math.isfinite(Roofline.predict(cfg, hw, method="simulate", overlap_grad_sync=True).total_s)
+
+
+def test_non_finite_value_is_refused(tmp_path):
+    path = tmp_path / "nan.toml"
+    path.write_text(PERLMUTTER.replace("value = 1555e9", "value = nan"))
+    with pytest.raises(HardwareFileError, match="memory_bandwidth.value") as info:
+        load_hardware(path)
+    assert info.value.field == "memory_bandwidth.value"
