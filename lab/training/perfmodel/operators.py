@@ -31,6 +31,7 @@ untied head); ``PerfConfig.rope`` switches to rotary embeddings (no position tab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -269,7 +270,7 @@ def decompose(config: PerfConfig) -> list[Operator]:
     for st, p in enumerate(params):
         if c.dp > 1:
             total = p * e
-            k = max(1, -(-int(total) // int(bucket)))
+            k = max(1, math.ceil(total / bucket))
             ops.append(Operator("dp_allreduce", st, None, "grad_sync", 0.0, 0.0, total / k, 0.0,
                                 collective="all_reduce", group="dp", group_size=c.dp, group_stride=t, calls=k))
         local = p / c.dp if c.zero1 else p
