@@ -45,6 +45,7 @@ def test_the_readme_has_the_snippets_this_test_knows():
         "Using the lab from Python",
         "Using the lab from Python",
         "Provenance of agent runs",
+        "Rollback repair of an agent's memory (`lab.provenance.repair`)",
         "Distributed training and gradient communication",
         "Performance model of distributed training (in progress, #25)",
         "Image restoration with flow priors",
@@ -57,7 +58,7 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     ns: dict = {}
-    (queues, dashboard, provenance, training, perfmodel, restoration, video) = [code for _, code in snippets()]
+    (queues, dashboard, provenance, rollback, training, perfmodel, restoration, video) = [code for _, code in snippets()]
 
     exec(compile(queues, "README.md (queues)", "exec"), ns)
     assert len(ns["trace"]) == 23_911 and ns["replay"].snapshot(ns["t"]).pending >= 0
@@ -73,6 +74,11 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     exec(compile(provenance, "README.md (provenance, again)", "exec"), ns)
     assert ns["report"].already_present and ns["report"].present == 200 and ns["report"].runs == 0
     assert len(ns["graph"].nodes()) == nodes
+
+    exec(compile(rollback, "README.md (rollback repair)", "exec"), ns)
+    from lab.provenance.repair.evaluate import run_oracle
+
+    assert ns["result"].replayed and ns["result"].answer == run_oracle(ns["case"]).trace.answer
     ns["graph"].close()
 
     exec(compile(training, "README.md (training)", "exec"), ns)
