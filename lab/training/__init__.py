@@ -18,6 +18,9 @@ run
 monitor
     Metric events (:mod:`lab.training.monitor`: ``RunRecorder`` writes the event log and TensorBoard,
     ``RunMonitor`` reads runs, metrics, per-rank status and incremental updates).
+perfmodel
+    Performance model of distributed training (:mod:`lab.training.perfmodel`, in progress: operator
+    decomposition, pipeline composition, hardware files, roofline baseline).
 errors
     :class:`~lab.training.errors.TrainingError` and its subclasses.
 """
@@ -26,6 +29,7 @@ from lab.training.errors import (
     CheckpointError,
     CodecError,
     GiftError,
+    HardwareFileError,
     HookError,
     NonFiniteError,
     RunConfigError,
@@ -33,5 +37,5 @@ from lab.training.errors import (
     TrainingError,
 )
 
-__all__ = ["CheckpointError", "CodecError", "GiftError", "HookError", "NonFiniteError", "RunConfigError",
+__all__ = ["CheckpointError", "CodecError", "GiftError", "HardwareFileError", "HookError", "NonFiniteError", "RunConfigError",
            "RunInterrupted", "TrainingError"]
