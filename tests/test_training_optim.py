@@ -495,3 +495,19 @@ def test_two_process_gloo_scape_replicas_identical_and_dense_adams_matches_singl
             for a, ref, mk in zip(s0["params"], model.parameters(), s0["masks"]):
                 assert torch.equal(mk, opt.mask(ref)), name
                 assert torch.allclose(a, ref.detach(), atol=1e-6, rtol=1e-5), name
+
+
+def test_training_errors_live_in_lab_training_errors_and_old_imports_still_work():
+    import lab.training.errors as errors
+    from lab.training.data import DataConfigError
+    from lab.training.model import ModelConfigError
+    from lab.training.optim import OptimizerConfigError, ScapeError
+    from lab.training.optim.adams import OptimizerConfigError as from_adams
+    from lab.training.optim.scape import ScapeError as from_scape
+
+    for cls in (DataConfigError, ModelConfigError, OptimizerConfigError, ScapeError, from_adams, from_scape):
+        assert cls.__module__ == "lab.training.errors" and cls is getattr(errors, cls.__name__)
+        assert issubclass(cls, errors.TrainingError) and cls.__name__ in errors.__all__
+    assert issubclass(OptimizerConfigError, ValueError)
+    err = OptimizerConfigError("AdamS", "lr", -1.0, ">= 0")
+    assert (err.param, err.value, str(err)) == ("lr", -1.0, "AdamS: lr must be >= 0, got -1.0")

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from lab import data as lab_data
-from lab.training.errors import TrainingError
+from lab.training.errors import DataConfigError, TrainingError  # DataConfigError is defined there, re-exported here
 
 __all__ = [
     "DATASET",
@@ -63,11 +63,6 @@ VALIDATION_PLAYS: tuple[str, ...] = ("hamlet", "henry_v", "much_ado_about_nothin
 SEPARATOR = "\n\n"
 _SUFFIX = "_gut.txt"
 _UNKNOWN_CHAR = "\ufffd"
-
-
-class DataConfigError(TrainingError, ValueError):
-    """The data cannot be prepared as asked (unknown play names, an empty split, a stream shorter
-    than one window, a negative seed or step)."""
 
 
 class TokenizerError(TrainingError, ValueError):

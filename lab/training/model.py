@@ -33,13 +33,9 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from lab.training.errors import TrainingError
+from lab.training.errors import ModelConfigError  # ModelConfigError is defined there, re-exported here
 
 __all__ = ["GPT", "GPTConfig", "ModelConfigError"]
-
-
-class ModelConfigError(TrainingError, ValueError):
-    """A model configuration is inconsistent (e.g. ``d_model`` not divisible by ``n_head``, no vocabulary size)."""
 
 
 class GPTConfig(BaseModel):

@@ -27,27 +27,9 @@ from typing import Any
 
 import torch
 
-from lab.training.errors import TrainingError
+from lab.training.errors import OptimizerConfigError, TrainingError  # OptimizerConfigError is defined there, re-exported here
 
 __all__ = ["AdamS", "OptimizerConfigError", "adams_update_", "validate_adams_hyperparameters"]
-
-
-class OptimizerConfigError(TrainingError, ValueError):
-    """A hyper-parameter of an optimizer in :mod:`lab.training.optim` is invalid.
-
-    Also a :class:`ValueError`, so ``except ValueError`` keeps working.
-
-    Attributes
-    ----------
-    param : str
-        The hyper-parameter's name (``"lr"``, ``"betas[0]"``, ``"sparsity"``, ...).
-    value : object
-        The rejected value.
-    """
-
-    def __init__(self, owner: str, param: str, value: Any, requirement: str):
-        self.param, self.value = param, value
-        super().__init__(f"{owner}: {param} must be {requirement}, got {value!r}")
 
 
 def _is_real(x: Any) -> bool:

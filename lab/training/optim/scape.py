@@ -103,7 +103,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from lab.training.errors import TrainingError
+from lab.training.errors import ScapeError  # ScapeError is defined there, re-exported here
 from lab.training.optim.adams import OptimizerConfigError, adams_update_, validate_adams_hyperparameters
 
 __all__ = ["SCAPE", "ScapeError", "ScapeStepStats"]
@@ -111,10 +111,6 @@ __all__ = ["SCAPE", "ScapeError", "ScapeStepStats"]
 _KEY = "scape"  # the optimizer-wide entry in ``self.state`` (a non-tensor key survives state_dict)
 _INDEX_BYTES = 4  # int32 global indices on the wire
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
-
-
-class ScapeError(TrainingError):
-    """SCAPE cannot run as asked (unsupported parameters or gradients, an incompatible checkpoint)."""
 
 
 @dataclass(frozen=True)
