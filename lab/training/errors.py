@@ -5,7 +5,8 @@ from __future__ import annotations
 from lab import LabError
 
 __all__ = ["TrainingError", "CodecError", "NonFiniteError", "HookError", "GiftError",
-           "RunConfigError", "CheckpointError", "RunInterrupted", "HardwareFileError"]
+           "RunConfigError", "CheckpointError", "RunInterrupted",
+           "ModelConfigError", "DataConfigError", "OptimizerConfigError", "ScapeError", "HardwareFileError"]
 
 
 class TrainingError(LabError):
@@ -87,3 +88,35 @@ class HardwareFileError(TrainingError, ValueError):
         self.path, self.field = str(path), field
         where = f"{self.path}: field {field!r}" if field is not None else self.path
         super().__init__(f"{where}: {message}")
+
+
+class ModelConfigError(TrainingError, ValueError):
+    """A model configuration is inconsistent (e.g. ``d_model`` not divisible by ``n_head``, no vocabulary size)."""
+
+
+class DataConfigError(TrainingError, ValueError):
+    """The data cannot be prepared as asked (unknown play names, an empty split, a stream shorter
+    than one window, a negative seed or step)."""
+
+
+class OptimizerConfigError(TrainingError, ValueError):
+    """A hyper-parameter of an optimizer in :mod:`lab.training.optim` is invalid.
+
+    Also a :class:`ValueError`, so ``except ValueError`` keeps working.
+
+    Attributes
+    ----------
+    param : str
+        The hyper-parameter's name (``"lr"``, ``"betas[0]"``, ``"sparsity"``, ...).
+    value : object
+        The rejected value.
+    """
+
+    def __init__(self, owner: str, param: str, value: object, requirement: str):
+        self.param, self.value = param, value
+        super().__init__(f"{owner}: {param} must be {requirement}, got {value!r}")
+
+
+class ScapeError(TrainingError):
+    """SCAPE (:mod:`lab.training.optim.scape`) cannot run as asked (unsupported parameters or gradients,
+    an incompatible checkpoint)."""
