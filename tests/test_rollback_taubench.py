@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.provenance.repair import PAPER, PlannerRules
+from lab.provenance.repair import MEMORY_REPLAY, PlannerRules
 from lab.provenance.repair.evaluate import method_fn, run_oracle, score_case
 from lab.provenance.repair.runner import run_program
 from lab.provenance.repair.store import DictMemoryStore
@@ -34,8 +34,11 @@ def test_stress_cases_recovered_by_ours(trajectories):
     assert [c.failure for c in cases] == ["poisoned", "stale", "misattributed", "derived"]
     for c in cases:
         assert c.meta["value"] != c.meta["wrong"]
-        row = score_case(c, method_fn("", PlannerRules()))
+        row = score_case(c, method_fn("", MEMORY_REPLAY))
         assert row.recovered and row.faulty_removed == 1.0 and row.benign_kept == 1.0, c.id
         assert run_oracle(c).trace.answer is not None
+        validated = score_case(c, method_fn("", PlannerRules()))
+        # the known gap of the validated rules: a derived fault's calculation is deactivated, not re-derived
+        assert validated.recovered == (c.failure != "derived") and validated.answer_ok and validated.state_ok, c.id
     rows = [score_case(c, method_fn("delete_source")) for c in cases]
     assert not any(r.recovered for r in rows)
