@@ -230,3 +230,17 @@ def test_prior_errors(gauss, digits):
         gauss.posterior_mean(torch.zeros(1, 1, 4, 4), get_operator("denoise", (1, 4, 4)))
     with pytest.raises(PriorError, match="images must be a tensor"):
         EmpiricalPrior(torch.zeros(8, 8))
+
+
+def test_tuning_key_is_declared_on_every_prior(gauss):
+    """Issue #22: ``tuning_key`` is a FlowPrior attribute (None unless a kind was tuned for it), not bolted on."""
+    from lab.generative import tuning
+
+    assert FlowPrior.tuning_key is None and gauss.tuning_key is None and "tuning_key" in vars(gauss)
+    assert EmpiricalPrior(torch.zeros(3, 1, 2, 2)).tuning_key is None
+    assert LearnedPrior(nn.Conv2d(1, 1, 1), (1, 2, 2)).tuning_key is None
+    assert FlowPrior((1, 2, 2), tuning_key="gaussian-digits").tuning_key == "gaussian-digits"
+    assert tuning.make_prior("gaussian-digits").tuning_key == "gaussian-digits"
+    for bad in ("", 3):
+        with pytest.raises(PriorError, match="tuning_key must be a non-empty str"):
+            FlowPrior((1, 2, 2), tuning_key=bad)

@@ -124,7 +124,18 @@ def test_degraded_view_and_hyper_parameters(digits):
     assert box.degraded_kind == "y" and box.observed is not None and not box.observed.all()
     assert box.hyper["reading"] == "projected"
     tuned = D.RestorationSession(digits, 0, "deblur", "recoupled_admm", nfe=50, hyper="tuned").run()
-    assert tuned.hyper_source == "tuned:gaussian-digits" and tuned.hyper["dual_step"] == 1.6
+    assert tuned.hyper_source == "tuned:gaussian-digits@nfe=50" and tuned.hyper["dual_step"] == 1.6
+    # one resolution (issue #22): the demo's values and source are restore()'s for the same request
+    from lab.generative.restore import restore
+
+    op = get_operator("deblur", digits.shape)
+    y = op.measure(digits.test_images[:1].to(digits.dtype), torch.Generator().manual_seed(0))
+    direct = restore("recoupled_admm", y, op, digits.prior, nfe=50, hyper="tuned")
+    assert direct.hyper_source == tuned.hyper_source
+    assert {k: v for k, v in direct.hyper.items() if k != "record"} == tuned.hyper
+    shown = D.default_hyper("recoupled_admm", "deblur", digits, 50, "tuned")
+    assert shown == {k: v for k, v in tuned.hyper.items() if k in shown}
+    assert digits.tuning_key == digits.prior.tuning_key == "gaussian-digits" and not hasattr(digits, "tuning_kind")
     fields = {f.name: f for f in D.hyper_fields("rebridge", "denoise", digits)}
     assert {n: f.value for n, f in fields.items()} == {"rho": 1.0, "lam": 1.0, "kappa": 5.0} and fields["lam"].label == "lambda"
     assert {f.name for f in D.hyper_fields("recoupled_admm", "denoise", digits)} == {"grid_power", "t_max", "dual_step", "eta"}
@@ -312,7 +323,7 @@ def test_session_with_a_prior_without_exact_posterior():
     net = torch.nn.Conv2d(1, 1, 3, padding=1)
     prior = LearnedPrior(lambda x, t: net(x) * 0.1 - x, (1, 12, 12))
     images = torch.rand(4, 1, 12, 12) * 2 - 1
-    p = D.DemoPrior("tiny", "a random network", prior, images, [f"#{i}" for i in range(4)], None, False,
+    p = D.DemoPrior("tiny", "a random network", prior, images, [f"#{i}" for i in range(4)], False,
                     0.5, dtype=torch.float32)
     with torch.no_grad():
         r = D.RestorationSession(p, 1, "sr2", "rebridge", nfe=10).run()
@@ -350,7 +361,7 @@ def test_a_learned_prior_says_why_it_has_no_ceiling():
     torch.manual_seed(0)
     net = torch.nn.Conv2d(1, 1, 3, padding=1)
     p = D.DemoPrior("tiny", "a random network", LearnedPrior(lambda x, t: net(x) * 0.1 - x, (1, 12, 12)),
-                    torch.rand(2, 1, 12, 12) * 2 - 1, ["#0", "#1"], None, False, 0.5, dtype=torch.float32)
+                    torch.rand(2, 1, 12, 12) * 2 - 1, ["#0", "#1"], False, 0.5, dtype=torch.float32)
     with torch.no_grad():
         r = D.RestorationSession(p, 0, "denoise", "flower", nfe=5).run()
     assert "no Bayes ceiling" in D.empty_reasons(r)["bayes"]

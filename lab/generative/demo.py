@@ -149,9 +149,6 @@ class DemoPrior:
     prior : FlowPrior
     test_images : tensor (N, C, H, W) on [-1, 1], never in the prior's training data
     test_names : list of str, one per test image
-    tuning_kind : str or None
-        The kind of ``lab/generative/restore/tuned.json`` whose values fit this prior (the digits priors
-        and the learned ones, ``learned-<name>``).
     exact : bool
         True when the prior has an exact posterior mean (the Bayes ceiling).
     background : float
@@ -164,7 +161,6 @@ class DemoPrior:
     prior: FlowPrior
     test_images: torch.Tensor
     test_names: list[str]
-    tuning_kind: str | None
     exact: bool
     background: float
     dtype: torch.dtype = torch.float64
@@ -173,6 +169,11 @@ class DemoPrior:
     @property
     def shape(self) -> tuple[int, int, int]:
         return tuple(self.prior.shape)
+
+    @property
+    def tuning_key(self) -> str | None:
+        """The prior's :attr:`~lab.generative.priors.FlowPrior.tuning_key` (the kind of ``tuned.json``)."""
+        return self.prior.tuning_key
 
 
 def _border_mean(images: torch.Tensor) -> float:
@@ -198,7 +199,7 @@ def _digits(kind: str) -> DemoPrior:
     names = [f"test digit #{i}" + (f" ({labels[i]})" if labels is not None else "") for i in test]
     desc = {"gaussian-digits": "Gaussian fitted to 1,500 real 8x8 digits (scikit-learn)",
             "empirical-digits": "empirical prior over 1,500 real 8x8 digits (scikit-learn)"}[kind]
-    return DemoPrior(kind, desc, prior, x, names, kind, True, _border_mean(x))
+    return DemoPrior(kind, desc, prior, x, names, True, _border_mean(x))
 
 
 def _gaussian_mnist() -> DemoPrior:
@@ -210,7 +211,7 @@ def _gaussian_mnist() -> DemoPrior:
     x = datasets.load("mnist", "test")[:64].double()
     names = [f"MNIST test #{i}" for i in range(x.shape[0])]
     return DemoPrior("gaussian-mnist", "Gaussian fitted to the 50,000 MNIST training images (28x28)", prior, x, names,
-                     None, True, _border_mean(x))
+                     True, _border_mean(x))
 
 
 def _learned(name: str) -> Callable[[], DemoPrior]:
@@ -223,7 +224,7 @@ def _learned(name: str) -> Callable[[], DemoPrior]:
         x = datasets.load(LEARNED_PRIORS[name], "test")[:64].to(device=p.device, dtype=p.dtype)
         names = [f"{name} test #{i}" for i in range(x.shape[0])]
         return DemoPrior(f"learned-{name}", f"learned UNet flow prior '{name}' ({tuple(prior.shape)[1]}x{tuple(prior.shape)[2]})",
-                         prior, x, names, prior.tuning_key, False, _border_mean(x.cpu()), dtype=p.dtype, device=p.device)
+                         prior, x, names, False, _border_mean(x.cpu()), dtype=p.dtype, device=p.device)
 
     return build
 
@@ -298,7 +299,7 @@ class HyperField:
 
 def tuned_available(key: str, task: str, prior: DemoPrior, nfe: int) -> bool:
     """Whether ``tuned.json`` holds values for this method, task and prior."""
-    if prior.tuning_kind is None:
+    if prior.tuning_key is None:
         return False
     try:
         default_hyper(key, task, prior, nfe, "tuned")
@@ -316,23 +317,20 @@ def hyper_source(key: str, task: str, prior: DemoPrior, nfe: int, requested: str
 def default_hyper(key: str, task: str, prior: DemoPrior | None = None, nfe: int = 50, source: str = "paper") -> dict:
     """The method's hyper-parameters for ``task``: the paper's (``Config`` defaults with per-task
     defaults resolved) or, with ``source="tuned"``, the validation-tuned values of ``tuned.json``
-    for the prior's tuning kind (at the tuned NFE nearest ``nfe``). Hidden fields (``record``,
-    ``reading``) are left out. Raises :class:`MethodError` when no tuned values exist."""
-    from lab.generative.restore import METHODS
+    for the prior's ``tuning_key`` (at the tuned NFE nearest ``nfe``), both resolved by
+    :func:`lab.generative.restore.resolve_hyper`. Hidden fields (``record``, ``reading``) are left
+    out. Raises :class:`MethodError` when no tuned values exist."""
+    from lab.generative.restore import METHODS, resolve_hyper
 
+    if source not in ("paper", "tuned"):
+        raise MethodError(f"source must be 'paper' or 'tuned', got {source!r}")
     name, fixed = parse_method(key)
     cls = METHODS[name]
     op = get_operator(task, prior.shape if prior is not None else (1, 8, 8))
-    cfg = dataclasses.asdict(cls(**fixed).resolve(op))
-    if source == "tuned":
-        if prior is None or prior.tuning_kind is None:
-            raise MethodError(f"{name}: no tuned values for this prior (tuned kinds are the digits and the learned priors)")
-        from lab.generative.tuning import tuned_hyper
-
-        values, _ = tuned_hyper(prior.tuning_kind, task, name, int(nfe))
-        cfg.update(values)
-    elif source != "paper":
-        raise MethodError(f"source must be 'paper' or 'tuned', got {source!r}")
+    if source == "tuned" and (prior is None or prior.tuning_key is None):
+        raise MethodError(f"{name}: no tuned values for this prior (tuned kinds are the digits and the learned priors)")
+    values, _ = resolve_hyper(name, source, op, prior.prior if prior is not None else None, int(nfe))
+    cfg = dataclasses.asdict(cls(**{**values, **fixed}).resolve(op))
     return {k: v for k, v in cfg.items() if k not in _HIDDEN_FIELDS and v is not None}
 
 
@@ -555,9 +553,8 @@ class _WatchedPrior(FlowPrior):
     (optionally) records every query's state and endpoints (batch element 0)."""
 
     def __init__(self, inner: FlowPrior, total: int, progress, cancel, record: bool):
-        super().__init__(inner.shape)
+        super().__init__(inner.shape, inner.tuning_key)
         self.inner, self.total, self.progress, self.cancel = inner, int(total), progress, cancel
-        self.tuning_key = getattr(inner, "tuning_key", None)
         self.queries: list[tuple[float, torch.Tensor, torch.Tensor, torch.Tensor]] | None = [] if record else None
 
     def _before(self):
@@ -873,17 +870,14 @@ class RestorationSession:
         return self.nfe if METHODS[self.method].uses_nfe else 0
 
     def _hyper(self) -> tuple[dict, str]:
-        from lab.generative.restore import METHODS
+        """The run's values and their source, from :func:`lab.generative.restore.resolve_hyper` (as
+        :func:`~lab.generative.restore.restore` resolves them), plus the method key's fixed values."""
+        from lab.generative.restore import METHODS, resolve_hyper
 
         h = self.hyper_arg
-        if h is None or h == "paper":
-            values, source = {}, "paper"
-        elif h == "tuned":
-            values, source = default_hyper(self.method_key, self.task, self.prior, self.nfe, "tuned"), f"tuned:{self.prior.tuning_kind}"
-        elif isinstance(h, dict):
-            values, source = dict(h), "explicit"
-        else:
+        if not (h is None or h in ("paper", "tuned") or isinstance(h, dict)):
             raise MethodError(f"hyper must be None, 'paper', 'tuned' or a dict, got {h!r}")
+        values, source = resolve_hyper(self.method, h, self.operator, self.prior.prior, self.nfe)
         values = {**values, **self._fixed}
         names = {f.name for f in dataclasses.fields(METHODS[self.method].Config)}
         if "record" in names:
@@ -1047,10 +1041,7 @@ def compare_methods(prior: DemoPrior | str, tasks, methods, nfe: int = 50, n_ima
         row = {}
         for key in methods:
             name, fixed = parse_method(key)
-            base = hyper
-            if hyper == "tuned" and p.tuning_kind:
-                base = f"tuned:{p.tuning_kind}"
-            out = restore(name, y, op, p.prior, nfe=int(nfe), seed=seed, hyper=base, **fixed)
+            out = restore(name, y, op, p.prior, nfe=int(nfe), seed=seed, hyper=hyper, **fixed)
             row[key] = float(psnr(out.x, x).mean())
         rows[task] = row
         if progress is not None:

@@ -52,12 +52,29 @@ class FlowPrior:
 
     Source: flow matching with the linear (OT) path, Lipman et al., ICLR 2023, Eq. 20-23; the
     clean-estimate identity is PnP-Flow's denoiser (Martin et al., ICLR 2025, Sec. 3).
+
+    Attributes
+    ----------
+    shape : (C, H, W)
+    nfe : int
+        Evaluations so far (one per batched call).
+    tuning_key : str or None
+        The prior kind whose validation-tuned hyper-parameters ``lab/generative/restore/tuned.json``
+        holds (``"gaussian-digits"``, ``"learned-mnist"``, ...); ``restore(..., hyper="tuned")``
+        reads it. None (the default) for a prior nobody tuned for; set by
+        :func:`lab.generative.tuning.make_prior` and :func:`lab.generative.learned.load_learned_prior`.
     """
 
-    def __init__(self, shape):
+    #: see the class docstring
+    tuning_key: str | None = None
+
+    def __init__(self, shape, tuning_key: str | None = None):
         self.shape = _shape(shape, type(self).__name__)
         #: number of network evaluations so far (one per batched call)
         self.nfe = 0
+        if tuning_key is not None and (not isinstance(tuning_key, str) or not tuning_key):
+            raise PriorError(f"{type(self).__name__}: tuning_key must be a non-empty str or None, got {tuning_key!r}")
+        self.tuning_key = tuning_key
 
     # ------------------------------------------------------------------ public
     def velocity(self, x: torch.Tensor, t) -> torch.Tensor:

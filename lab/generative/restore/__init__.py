@@ -47,7 +47,8 @@ from lab.generative.errors import MethodError, NFEBudgetError
 from lab.generative.restore import bayes, d_flow, flower, ot_ode, pnp_flow, rebridge, recoupled_admm  # noqa: F401  (register)
 from lab.generative.restore.base import METHODS, RestorationMethod, RestorationResult, register
 
-__all__ = ["restore", "METHODS", "RestorationMethod", "RestorationResult", "register", "available_methods", "get_method"]
+__all__ = ["restore", "resolve_hyper", "METHODS", "RestorationMethod", "RestorationResult", "register", "available_methods",
+           "get_method"]
 
 
 def available_methods() -> list[str]:
@@ -105,7 +106,7 @@ def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, n
     NFEBudgetError
         ``nfe`` cannot be split as the method needs, or the method used a different number.
     """
-    base, source = _base_hyper(method, hyper, operator, prior, nfe)
+    base, source = resolve_hyper(method, hyper, operator, prior, nfe)
     if kw:
         source += "+explicit"
     hyper = {**base, **kw}
@@ -132,8 +133,35 @@ def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, n
                              seconds=seconds, trajectory=trajectory, hyper_source=source)
 
 
-def _base_hyper(method, hyper, operator, prior, nfe) -> tuple[dict, str]:
-    """The base hyper-parameters and their source for :func:`restore` (see its ``hyper``)."""
+def resolve_hyper(method, hyper, operator, prior, nfe) -> tuple[dict, str]:
+    """The one place hyper-parameters are resolved: the base values for a ``hyper`` request and their source.
+
+    :func:`restore` and the demo (:mod:`lab.generative.demo`) both call it, so a result's
+    ``hyper_source`` reads the same wherever it was produced.
+
+    Parameters
+    ----------
+    method : str or RestorationMethod
+    hyper : None, "paper", "tuned", "tuned:<kind>" or dict
+        As in :func:`restore`.
+    operator : LinearOperator or None
+        Its ``name`` is the task looked up in ``tuned.json``.
+    prior : FlowPrior or None
+        Its ``tuning_key`` is the kind for ``hyper="tuned"``.
+    nfe : int
+        The tuned NFE nearest it is used.
+
+    Returns
+    -------
+    (dict, str)
+        The base values (``{}`` for the paper's: the method's ``Config`` and ``TASK_DEFAULTS`` fill
+        them) and the source: ``"paper"``, ``"explicit"`` (a dict) or ``"tuned:<kind>@nfe=<n>"``.
+
+    Raises
+    ------
+    MethodError
+        No kind for ``"tuned"``, no tuned entry, an instance with ``"tuned"``, or an unknown request.
+    """
     if hyper is None or hyper == "paper":
         return {}, "paper"
     if isinstance(hyper, dict):
@@ -142,7 +170,7 @@ def _base_hyper(method, hyper, operator, prior, nfe) -> tuple[dict, str]:
         if isinstance(method, RestorationMethod):
             raise MethodError("hyper='tuned' needs a method name, not an instance (the instance already holds its values)")
         name = method
-        kind = hyper.partition(":")[2] or getattr(prior, "tuning_key", None)
+        kind = hyper.partition(":")[2] or (prior.tuning_key if prior is not None else None)
         if not kind:
             raise MethodError(
                 f"{name}: hyper='tuned' needs the prior's kind: set prior.tuning_key (e.g. 'gaussian-digits') "
