@@ -20,7 +20,7 @@ from lab.generative.errors import PriorError
 from lab.generative.learned import LEARNED_PRIORS, TIME_SCALE, UNetVelocity, load_learned_prior, weights_files
 from lab.generative.metrics import psnr
 from lab.generative.priors import FlowPrior, LearnedPrior
-from lab.generative.train_prior import TrainConfig, latest_checkpoint, lr_at, pick_device, train
+from lab.generative.train_prior import PriorTrainConfig, latest_checkpoint, lr_at, pick_device, train
 
 WEIGHTS = Path(datasets.__file__).with_name("weights")
 
@@ -112,7 +112,7 @@ def _cfg(out, **kw):
     base = dict(dataset="mnist", steps=5, out=str(out), subset=128, batch_size=8, ckpt_every=2, eval=False,
                 val_images=16, precision="fp32", warmup=2)
     base.update(kw)
-    return TrainConfig(**base)
+    return PriorTrainConfig(**base)
 
 
 def test_training_resumes_bit_exactly(tmp_path):

@@ -43,11 +43,11 @@ from torch import nn
 from lab.generative import datasets
 from lab.generative.learned import TIME_SCALE, UNetVelocity, build_unet, unet_config
 
-__all__ = ["TrainConfig", "train", "evaluate", "main"]
+__all__ = ["PriorTrainConfig", "train", "evaluate", "main"]
 
 
 @dataclass
-class TrainConfig:
+class PriorTrainConfig:
     """Everything that defines a run (stored in every checkpoint and in the sidecar)."""
 
     dataset: str
@@ -114,7 +114,7 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     return None
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: PriorTrainConfig) -> float:
     """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to ``min_lr_ratio * lr``."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -162,7 +162,7 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
             be.copy_(bm)
 
 
-def _ckpt_dir(cfg: TrainConfig) -> Path:
+def _ckpt_dir(cfg: PriorTrainConfig) -> Path:
     return Path(cfg.out) / "checkpoints"
 
 
@@ -208,7 +208,7 @@ _RESUME_KEYS = ("dataset", "batch_size", "lr", "warmup", "min_lr_ratio", "weight
 # ------------------------------------------------------------------------------------------ training
 
 
-def train(cfg: TrainConfig, progress: bool = True, stop_after: int | None = None) -> dict:
+def train(cfg: PriorTrainConfig, progress: bool = True, stop_after: int | None = None) -> dict:
     """Run (or resume) training; returns a summary dict (also written as the JSON sidecar when finished).
 
     ``stop_after``: stop once this many steps are done in total (a checkpoint is written there),
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int)
     p.add_argument("--no-eval", action="store_true")
     a = p.parse_args(argv)
-    cfg = TrainConfig(dataset=a.dataset, steps=a.steps, out=a.out, name=a.name, batch_size=a.batch_size, lr=a.lr,
+    cfg = PriorTrainConfig(dataset=a.dataset, steps=a.steps, out=a.out, name=a.name, batch_size=a.batch_size, lr=a.lr,
                       warmup=a.warmup, ema=a.ema, seed=a.seed, ckpt_every=a.ckpt_every, device=a.device,
                       precision=a.precision, subset=a.subset, threads=a.threads, eval=not a.no_eval)
     summary = train(cfg)
