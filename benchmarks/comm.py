@@ -963,7 +963,7 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
 
 
 def _gift_kwargs(s: Settings, damping: float) -> dict:
-    return {"damping": damping, "rank": s.gift_rank, "refresh_every": s.gift_refresh_every,
+    return {"damping": damping, "n_eigenpairs": s.gift_rank, "refresh_every": s.gift_refresh_every,
             "refresh_warmup": s.gift_refresh_warmup, "ema": s.gift_ema,
             "output_side": s.gift_output_side,
             "select_by": "gain", "select_threshold": s.gift_threshold, "select_warmup": min(20, max(1, s.train_steps // 4)),

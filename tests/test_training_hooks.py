@@ -291,7 +291,7 @@ def test_registry_errors():
         get_hook("gift_fp8", model=nn.Linear(2, 2), layers=["fc9"])
     with pytest.raises(GiftError, match="track"):
         get_hook("gift_fp8", model=nn.Linear(2, 2), select_by="gain", track="selected")
-    for kw in ({"rank": 0}, {"ema": 1.0}, {"refresh_every": 0}, {"select_k": 0}, {"select_by": "random"}, {"select_warmup": 0}):
+    for kw in ({"n_eigenpairs": 0}, {"ema": 1.0}, {"refresh_every": 0}, {"select_k": 0}, {"select_by": "random"}, {"select_warmup": 0}):
         with pytest.raises(GiftError):
             get_hook("gift_fp8", model=nn.Linear(2, 2), **kw)
     with pytest.raises(GiftError, match="statistics must be 'all_reduce' or 'rank0', got 'mean'"):
@@ -355,7 +355,7 @@ class Tiny(nn.Module):
 @pytest.mark.parametrize("ema_per, old_weight", [("refresh", 0.5), ("step", 0.25)])
 def test_gift_state_tracks_the_input_covariance_with_ema_and_refresh_period(ema_per, old_weight):
     model = Tiny()
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], refresh_every=2, ema=0.5, ema_per=ema_per, rank=4,
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], refresh_every=2, ema=0.5, ema_per=ema_per, n_eigenpairs=4,
                            damping=0.0, reselect_every=None, collect="refresh", bias=False)
     assert state.layers == ("fc1", "fc2") and state.selected == ("fc1",)
     xs = [torch.randn(5, 4) for _ in range(3)]
@@ -409,7 +409,7 @@ def test_refresh_warmup_refreshes_every_step_first():
 def test_gift_hook_sends_whitened_selected_weights_with_error_feedback():
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None,
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, measure_error=True, reselect_every=None,
                            bias=False, output_side=False)
     model(x).sum().backward()  # the forward hooks collect A (step 0 is a refresh step)
     codec = get_codec("fp8_e4m3")
@@ -444,7 +444,7 @@ def test_output_side_factor_is_refreshed_per_bucket_with_the_steps_own_backward(
     dys = []
     model.fc1.register_forward_hook(lambda m, i, o: (o.register_hook(lambda g: dys.append(g.detach().double())), None)[1])
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01]))
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=9, damping=0.0, measure_error=True,
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=9, damping=0.0, measure_error=True,
                            reselect_every=None)
     assert state.output_side == ("fc1", "fc2") and state.out_tracker.dims == {"fc1": 8, "fc2": 3}
     model(x).sum().backward()
@@ -460,7 +460,7 @@ def test_output_side_factor_is_refreshed_per_bucket_with_the_steps_own_backward(
     _assert_fc1_sent_jointly(state, k, grads, out)
     assert torch.equal(out_b0[:24], codec.decode(codec.encode(grads[2]), 24))  # fc2 not selected: Euclidean
     # a state with output-side factors is refused by a hook without them, before anything loads
-    plain, _ = get_hook("gift_fp8", model=model, layers=["fc1"], rank=9, reselect_every=None, output_side=False)
+    plain, _ = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=9, reselect_every=None, output_side=False)
     with pytest.raises(HookError, match="'fc2' has a \\(3, 3\\) output-side covariance, this hook's is absent"):
         plain.load_state_dict(state.state_dict())
     assert plain.step == 0 and plain._out_cov == {}
@@ -531,7 +531,7 @@ def test_every_output_side_factor_is_complete_before_its_weight_gradient_is():
 def test_gift_hook_whitens_embeddings_with_the_stream_gradient_factor():
     model = TinyLM()
     state, hook = get_hook("gift_fp8", model=model, layers=["tok_emb", "pos_emb"], refresh_every=2, ema=0.0,
-                           damping=0.0, rank=4, reselect_every=None, measure_error=True)
+                           damping=0.0, n_eigenpairs=4, reselect_every=None, measure_error=True)
     assert state.layers == ("head", "tok_emb", "pos_emb") and state.embeddings == ("tok_emb", "pos_emb")
     assert get_hook("gift_fp8", model=model, embeddings=False)[0].layers == ("head",)
     gen = torch.Generator().manual_seed(0)
@@ -579,7 +579,7 @@ def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
     bias's payloads (their own scales, the Euclidean sizes), mapped back jointly."""
     model = Tiny()
     x = torch.randn(6, 4) @ torch.diag(torch.tensor([10.0, 1.0, 0.1, 0.01])) + 3.0
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=5, damping=0.0, measure_error=True,
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=5, damping=0.0, measure_error=True,
                            reselect_every=None, output_side=False)
     assert state.tracker.dims == {"fc1": 5, "fc2": 9}
     model(x).sum().backward()
@@ -599,7 +599,7 @@ def test_homogeneous_coordinate_factor_and_joint_weight_bias_encoding():
 
 def test_weight_and_bias_in_different_buckets_go_euclidean_with_a_warning():
     model = Tiny()
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None)
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, reselect_every=None)
     model(torch.randn(5, 4)).sum().backward()
     params = list(model.parameters())
     codec = get_codec("fp8_e4m3")
@@ -613,7 +613,7 @@ def test_weight_and_bias_in_different_buckets_go_euclidean_with_a_warning():
 def test_frozen_bias_leaves_the_weight_whitened_alone():
     model = Tiny()
     model.fc1.bias.requires_grad_(False)
-    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, measure_error=True, reselect_every=None)
+    state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, measure_error=True, reselect_every=None)
     assert state.tracker.dims["fc1"] == 4 and state.tracker.dims["fc2"] == 9
     model(torch.randn(5, 4)).sum().backward()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -627,12 +627,12 @@ def test_frozen_bias_leaves_the_weight_whitened_alone():
 
 def test_state_saved_with_other_factor_sizes_is_refused_before_anything_loads():
     model = Tiny()
-    old, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None, bias=False)
+    old, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, reselect_every=None, bias=False)
     for _ in range(2):
         model.zero_grad()
         model(torch.randn(5, 4)).sum().backward()
         hook(old, FakeBucket(list(model.parameters()))).wait()
-    new, _ = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, reselect_every=None)
+    new, _ = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, reselect_every=None)
     with pytest.raises(HookError, match=r"'fc1' has a \(4, 4\) covariance, this hook's factor is \(5, 5\)"):
         new.load_state_dict(old.state_dict())
     assert new.step == 0 and new._cov == {} and new.whitening == {}  # nothing loaded
@@ -659,7 +659,7 @@ def test_gift_error_feedback_is_rebased_when_the_factors_change():
         gaps = {}
         for rebase in (True, False):
             model = Tiny()
-            state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], rank=4, refresh_every=2, ema=0.0,
+            state, hook = get_hook("gift_fp8", model=model, layers=["fc1"], n_eigenpairs=4, refresh_every=2, ema=0.0,
                                    rebase_error_feedback=rebase, reselect_every=None, bias=bias, output_side=output_side)
             sent, total = torch.zeros(8, 5, dtype=torch.float64), torch.zeros(8, 5, dtype=torch.float64)
             for x in xs:
@@ -680,7 +680,7 @@ def test_gift_error_feedback_is_rebased_when_the_factors_change():
 def test_hook_state_dict_resumes_bit_exactly(name):
     gen = torch.Generator().manual_seed(7)
     xs = [torch.randn(6, 4, generator=gen) * torch.tensor([10.0, 1.0, 0.1, 0.01]) for _ in range(6)]
-    kw = dict(select_warmup=2, reselect_every=2, refresh_every=3, rank=2) if name == "gift_fp8" else {}
+    kw = dict(select_warmup=2, reselect_every=2, refresh_every=3, n_eigenpairs=2) if name == "gift_fp8" else {}
 
     def run(model, state, hook, steps):
         outs = []
@@ -723,7 +723,7 @@ def test_gift_automatic_selection_after_warmup():
 # -- real 2-process gloo DDP ------------------------------------------------------------------------
 
 _STEPS, _B = 6, 8
-_GIFT = dict(select_warmup=2, reselect_every=2, refresh_every=2, rank=4)
+_GIFT = dict(select_warmup=2, reselect_every=2, refresh_every=2, n_eigenpairs=4)
 _RUNS = {  # name -> (hook, kwargs, DDP kwargs)
     "default": (None, {}, {}),
     "fp32": ("fp32", {}, {}),
@@ -936,7 +936,7 @@ def test_benchmark_study_refreshes_and_averages_exactly_as_the_hook():
     first = study.layers[0]
     selector.append(LayerSelector(study.layers, select_by="gain", initial=[first], every=3))
     state, hook = get_hook("gift_fp8", model=study.model, layers=[first], select_by="gain", reselect_every=3,
-                           rank=s.gift_rank, damping=0.3, ema=s.gift_ema, ema_per="step",
+                           n_eigenpairs=s.gift_rank, damping=0.3, ema=s.gift_ema, ema_per="step",
                            refresh_every=s.gift_refresh_every, refresh_warmup=s.gift_refresh_warmup,
                            output_side=s.gift_output_side, output_side_max=s.gift_output_side_max)
     study_steps, hook_steps = [], []
@@ -965,3 +965,16 @@ def test_train_config_docstring_names_only_hooks_that_exist():
     entry = doc[doc.index("    comm : str"):doc.index("    comm_kwargs")]
     named = re.findall(r'``"([a-z0-9_]+)"``', entry)
     assert named and set(named) <= set(HOOKS), set(named) - set(HOOKS)
+
+
+def test_gift_eigenpairs_keyword_and_its_deprecated_alias():
+    state, _ = get_hook("gift_fp8", model=nn.Linear(4, 4), n_eigenpairs=3)
+    assert state.n_eigenpairs == 3 and state.rank == 0  # rank: the process rank, never the eigenpairs
+    assert not hasattr(state, "rank_r")
+    with pytest.warns(DeprecationWarning, match="n_eigenpairs"):
+        old, _ = get_hook("gift_fp8", model=nn.Linear(4, 4), rank=5)  # a comm_kwargs key of earlier runs
+    assert old.n_eigenpairs == 5
+    with pytest.raises(GiftError, match="n_eigenpairs must be an int >= 1, got 0"):
+        get_hook("gift_fp8", model=nn.Linear(4, 4), n_eigenpairs=0)
+    with pytest.raises(GiftError, match="disagree"):
+        get_hook("gift_fp8", model=nn.Linear(4, 4), n_eigenpairs=3, rank=5)

@@ -665,8 +665,11 @@ class GiftHookState(CodecHookState):
         ``nn.Embedding`` layers) are the candidates.
     codec : str or Codec
         ``"fp8_e4m3"`` (default), ``"fp8_e5m2"`` (the artifact's format), ``"nvfp4"``, per-block FP8, ...
-    rank : int
-        Eigenpairs kept per layer (paper: 32).
+    n_eigenpairs : int, optional
+        Eigenpairs kept per factor (default and paper: 32; the low-rank part of :meth:`Whitening.from_covariance`).
+    rank : int, optional
+        Deprecated alias of ``n_eigenpairs`` (a config key of earlier runs' ``comm_kwargs``; not the
+        process rank, which is :attr:`rank`): warns ``DeprecationWarning``.
     damping : float
         Relative damping ``A + damping * mean(diag A) I`` (artifact: 1e-3; comm-check: 1e-2 helped the median layer).
     ema : float
@@ -775,7 +778,8 @@ class GiftHookState(CodecHookState):
         ``select_by="gain"`` with ``track="selected"``.
     """
 
-    def __init__(self, model: nn.Module, codec: str | Codec = "fp8_e4m3", *, rank: int = 32, damping: float = 1e-3,
+    def __init__(self, model: nn.Module, codec: str | Codec = "fp8_e4m3", *, n_eigenpairs: int | None = None,
+                 rank: int | None = None, damping: float = 1e-3,
                  ema: float = 0.95, ema_per: str = "step", refresh_every: int = 50, refresh_warmup: int = 0,
                  residual: str = "scalar",
                  layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
@@ -790,8 +794,15 @@ class GiftHookState(CodecHookState):
             raise GiftError(f"GIFT needs the model (an nn.Module) to find its nn.Linear layers, got {type(model).__name__}")
         super().__init__(codec, error_feedback=euclidean_error_feedback, nonfinite=nonfinite,
                          process_group=process_group, model=model, measure_error=measure_error, history=history)
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise GiftError(f"rank must be an int >= 1, got {rank!r}")
+        if rank is not None:
+            if n_eigenpairs is not None and n_eigenpairs != rank:
+                raise GiftError(f"n_eigenpairs={n_eigenpairs!r} and its deprecated alias rank={rank!r} disagree")
+            warnings.warn("GiftHookState(rank=...) is deprecated: the eigenpairs kept are n_eigenpairs=... "
+                          "(rank is the process rank)", DeprecationWarning, stacklevel=2)
+            n_eigenpairs = rank
+        n_eigenpairs = 32 if n_eigenpairs is None else n_eigenpairs
+        if isinstance(n_eigenpairs, bool) or not isinstance(n_eigenpairs, int) or n_eigenpairs < 1:
+            raise GiftError(f"n_eigenpairs must be an int >= 1, got {n_eigenpairs!r}")
         if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
             raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
         #: when factors are rebuilt, and the covariance EMAs (input / right-hand side, output / left-hand side)
@@ -811,7 +822,8 @@ class GiftHookState(CodecHookState):
             raise GiftError("statistics='rank0' builds the factors on rank 0 only: it needs broadcast_factors=True")
         if select_by == "gain" and track != "all":
             raise GiftError("select_by='gain' measures GIFT on every candidate: it needs track='all'")
-        self.rank_r, self.damping, self.ema, self.refresh_every = rank, float(damping), float(ema), refresh_every
+        #: eigenpairs kept per factor (``n_eigenpairs``); :attr:`rank` is this process's rank
+        self.n_eigenpairs, self.damping, self.ema, self.refresh_every = n_eigenpairs, float(damping), float(ema), refresh_every
         self.refresh_warmup = refresh_warmup
         self.residual, self.track, self.collect, self.ema_per = residual, track, collect, ema_per
         self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
@@ -1063,7 +1075,7 @@ class GiftHookState(CodecHookState):
                     continue
                 is_left = left and name in self.output_side
                 cov = (self._ema_out if is_left else self._ema_in).update(name, s.to(torch.float64) / n, self.step)
-                fresh[name] = Whitening.from_covariance(cov, self.rank_r, self.damping, self.residual)
+                fresh[name] = Whitening.from_covariance(cov, self.n_eigenpairs, self.damping, self.residual)
         except Exception:
             if local:  # the other ranks wait for rank 0's header: tell them it failed, then raise here
                 failed = torch.full((len(names),), -2.0, dtype=torch.float32, device=self.device)
