@@ -7,6 +7,7 @@ slow test runs real 2-process gloo DDP with every hook.
 from __future__ import annotations
 
 import math
+import re
 import os
 import socket
 
@@ -978,3 +979,32 @@ def test_gift_eigenpairs_keyword_and_its_deprecated_alias():
         get_hook("gift_fp8", model=nn.Linear(4, 4), n_eigenpairs=0)
     with pytest.raises(GiftError, match="disagree"):
         get_hook("gift_fp8", model=nn.Linear(4, 4), n_eigenpairs=3, rank=5)
+
+
+def test_gift_config_is_frozen_validated_and_names_the_field():
+    from pydantic import ValidationError
+
+    from lab.training.comm.gift import GiftConfig
+
+    cfg = GiftConfig(n_eigenpairs=4, layers=["fc1"], refresh_every=2, ema=0.5)
+    assert cfg.layers == ("fc1",)
+    with pytest.raises(ValidationError):
+        cfg.ema = 0.1  # frozen
+    for kw, field, text in (({"refresh_warmup": -1}, "refresh_warmup", "refresh_warmup must be an int >= 0, got -1"),
+                            ({"damping": True}, "damping", "damping must be a finite float >= 0, got True"),
+                            ({"statistics": "mean"}, "statistics", "statistics must be 'all_reduce' or 'rank0', got 'mean'"),
+                            ({"include": "("}, "include", "include is not a valid regular expression"),
+                            ({"n_eigenpair": 3}, "n_eigenpair", "n_eigenpair is not a GIFT setting"),
+                            ({"statistics": "rank0", "broadcast_factors": False}, None, "needs broadcast_factors=True")):
+        with pytest.raises(GiftError, match=re.escape(text)) as info:
+            GiftConfig.build(**kw)
+        assert info.value.field == field
+        with pytest.raises(GiftError, match=re.escape(text)):  # the hook validates through the same config
+            get_hook("gift_fp8", model=Tiny(), **kw)
+    # config= and the same keywords build the same hook; not both at once
+    by_config = GiftHookState(Tiny(), config=cfg)
+    by_keywords, _ = get_hook("gift_fp8", model=Tiny(), n_eigenpairs=4, layers=["fc1"], refresh_every=2, ema=0.5)
+    assert by_config.config == by_keywords.config == cfg
+    assert (by_config.n_eigenpairs, by_config.schedule.every, by_config.ema, by_config.selected) == (4, 2, 0.5, ("fc1",))
+    with pytest.raises(GiftError, match="not both"):
+        GiftHookState(Tiny(), config=cfg, ema=0.1)

@@ -104,9 +104,11 @@ Errors: :class:`~lab.training.errors.GiftError` (a ``ValueError``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from torch import Tensor, nn
 
 from lab.training.comm.codecs import Codec, FP8Codec, NVFP4Codec
@@ -118,6 +120,7 @@ __all__ = [
     "EMA_PER",
     "CovarianceEMA",
     "CovarianceTracker",
+    "GiftConfig",
     "KroneckerWhitening",
     "LayerSelector",
     "RefreshSchedule",
@@ -875,3 +878,181 @@ class CovarianceEMA:
     def mark(self, name: str, step: int) -> None:
         """Record a refresh of ``name`` at ``step`` without a covariance (its factors came from elsewhere)."""
         self.last[name] = step
+
+
+# -- the hook's configuration ----------------------------------------------------------------------
+
+
+def _int_at_least(name: str, low: int, value: object, *, none: bool = False) -> object:
+    if none and value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"must be an int >= {low}{' or None' if none else ''}, got {value!r}")
+    return value
+
+
+def _choice(allowed: tuple[str, ...], value: object) -> object:
+    if value not in allowed:
+        raise ValueError(f"must be {' or '.join(repr(a) for a in allowed)}, got {value!r}")
+    return value
+
+
+class GiftConfig(BaseModel):
+    """The validated, frozen settings of :class:`~lab.training.comm.hooks.GiftHookState` (every keyword
+    but the model, the codec and the accounting ones); the meaning of each field is documented there.
+
+    ``GiftConfig(**kw)`` raises pydantic's ``ValidationError``; :meth:`build` raises
+    :class:`~lab.training.errors.GiftError` whose message starts with the offending field's name and
+    whose ``field`` attribute is that name (None for a rule between fields).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_eigenpairs: int = 32
+    damping: float = 1e-3
+    ema: float = 0.95
+    ema_per: str = "step"
+    refresh_every: int = 50
+    refresh_warmup: int = 0
+    residual: str = "scalar"
+    layers: tuple[str, ...] | None = None
+    include: str | None = None
+    exclude: str | None = None
+    select_by: str = "saturation"
+    select_k: int | float = 0.25
+    select_threshold: float | None = None
+    select_warmup: int = 20
+    reselect_every: int | None = 100
+    track: str = "all"
+    embeddings: bool = True
+    bias: bool = True
+    output_side: bool = True
+    output_side_max: int = 2048
+    collect: str = "every"
+    error_feedback: bool = True
+    euclidean_error_feedback: bool = False
+    rebase_error_feedback: bool = True
+    broadcast_factors: bool = True
+    statistics: str = "all_reduce"
+
+    @field_validator("n_eigenpairs", "refresh_every", "output_side_max", mode="before")
+    @classmethod
+    def _positive_int(cls, v: object) -> object:
+        return _int_at_least("", 1, v)
+
+    @field_validator("refresh_warmup", mode="before")
+    @classmethod
+    def _non_negative_int(cls, v: object) -> object:
+        return _int_at_least("", 0, v)
+
+    @field_validator("reselect_every", mode="before")
+    @classmethod
+    def _positive_int_or_none(cls, v: object) -> object:
+        return _int_at_least("", 1, v, none=True)
+
+    @field_validator("select_warmup", mode="before")
+    @classmethod
+    def _int(cls, v: object) -> object:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"must be an int, got {v!r}")
+        return v
+
+    @field_validator("damping", mode="before")
+    @classmethod
+    def _damping(cls, v: object) -> object:
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"must be a finite float >= 0, got {v!r}")
+        return v
+
+    @field_validator("ema", mode="before")
+    @classmethod
+    def _ema(cls, v: object) -> object:
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 <= v < 1):
+            raise ValueError(f"must be in [0, 1), got {v!r}")
+        return v
+
+    @field_validator("select_k", mode="before")
+    @classmethod
+    def _select_k(cls, v: object) -> object:
+        if isinstance(v, bool) or not (isinstance(v, int) and v >= 1 or isinstance(v, float) and 0 < v <= 1):
+            raise ValueError(f"must be an int >= 1 or a fraction in (0, 1], got {v!r}")
+        return v
+
+    @field_validator("select_threshold", mode="before")
+    @classmethod
+    def _threshold(cls, v: object) -> object:
+        if v is not None and (isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v))):
+            raise ValueError(f"must be a finite number or None, got {v!r}")
+        return v
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _regex(cls, v: object) -> object:
+        if v is None:
+            return v
+        if not isinstance(v, str):
+            raise ValueError(f"must be a regular expression (str) or None, got {v!r}")
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression ({exc}): {v!r}") from None
+        return v
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layers(cls, v: object) -> object:
+        if v is None:
+            return v
+        if isinstance(v, str) or not isinstance(v, Iterable):
+            raise ValueError(f"must be an iterable of layer names or None, got {v!r}")
+        v = tuple(v)
+        if not all(isinstance(n, str) for n in v):
+            raise ValueError(f"must hold layer names (str), got {v!r}")
+        return v
+
+    @field_validator("embeddings", "bias", "output_side", "error_feedback", "euclidean_error_feedback",
+                     "rebase_error_feedback", "broadcast_factors", mode="before")
+    @classmethod
+    def _bool(cls, v: object) -> object:
+        if not isinstance(v, bool):
+            raise ValueError(f"must be True or False, got {v!r}")
+        return v
+
+    _ema_per = field_validator("ema_per", mode="before")(lambda v: _choice(EMA_PER, v))
+    _residual = field_validator("residual", mode="before")(lambda v: _choice(RESIDUALS, v))
+    _select_by = field_validator("select_by", mode="before")(lambda v: _choice(SELECT_BY, v))
+    _track = field_validator("track", mode="before")(lambda v: _choice(("all", "selected"), v))
+    _collect = field_validator("collect", mode="before")(lambda v: _choice(("refresh", "every"), v))
+    _statistics = field_validator("statistics", mode="before")(lambda v: _choice(("all_reduce", "rank0"), v))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GiftConfig:
+        if self.statistics == "rank0" and not self.broadcast_factors:
+            raise ValueError("statistics='rank0' builds the factors on rank 0 only: it needs broadcast_factors=True")
+        if self.select_by == "gain" and self.track != "all":
+            raise ValueError("select_by='gain' measures GIFT on every candidate: it needs track='all'")
+        if self.layers is None and self.select_warmup < 1:
+            raise ValueError("select_warmup must be an int >= 1 when no layers are given, "
+                             f"got {self.select_warmup!r}")
+        return self
+
+    @classmethod
+    def build(cls, **kw: object) -> GiftConfig:
+        """``GiftConfig(**kw)``, its first validation error raised as :class:`GiftError` naming the field.
+
+        Raises
+        ------
+        GiftError
+            ``field`` set to the bad (or unknown) field's name, None for a rule between fields.
+        """
+        try:
+            return cls(**kw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else None
+            msg = first["msg"].removeprefix("Value error, ")
+            if first["type"] == "extra_forbidden":
+                msg = f"is not a GIFT setting; known: {', '.join(cls.model_fields)}"
+            err = GiftError(f"{name} {msg}" if name else msg)
+            err.field = name
+            raise err from None

@@ -71,8 +71,9 @@ import math
 import re
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -80,10 +81,9 @@ from torch import Tensor, nn
 
 from lab.training.comm.codecs import Codec, Float32Codec, get_codec
 from lab.training.comm.gift import (
-    RESIDUALS,
-    SELECT_BY,
     CovarianceEMA,
     CovarianceTracker,
+    GiftConfig,
     KroneckerWhitening,
     LayerSelector,
     RefreshSchedule,
@@ -665,6 +665,10 @@ class GiftHookState(CodecHookState):
         ``nn.Embedding`` layers) are the candidates.
     codec : str or Codec
         ``"fp8_e4m3"`` (default), ``"fp8_e5m2"`` (the artifact's format), ``"nvfp4"``, per-block FP8, ...
+    config : GiftConfig, optional
+        Every setting below (from ``n_eigenpairs`` to ``statistics``) as one validated, frozen
+        :class:`~lab.training.comm.gift.GiftConfig`; or pass them as keywords (``**settings``), which
+        are validated by :meth:`GiftConfig.build` (a :class:`GiftError` naming the field), not both.
     n_eigenpairs : int, optional
         Eigenpairs kept per factor (default and paper: 32; the low-rank part of :meth:`Whitening.from_covariance`).
     rank : int, optional
@@ -778,57 +782,39 @@ class GiftHookState(CodecHookState):
         ``select_by="gain"`` with ``track="selected"``.
     """
 
-    def __init__(self, model: nn.Module, codec: str | Codec = "fp8_e4m3", *, n_eigenpairs: int | None = None,
-                 rank: int | None = None, damping: float = 1e-3,
-                 ema: float = 0.95, ema_per: str = "step", refresh_every: int = 50, refresh_warmup: int = 0,
-                 residual: str = "scalar",
-                 layers: Iterable[str] | None = None, include: str | None = None, exclude: str | None = None,
-                 select_by: str = "saturation", select_k: int | float = 0.25, select_threshold: float | None = None,
-                 select_warmup: int = 20, reselect_every: int | None = 100, track: str = "all", embeddings: bool = True,
-                 bias: bool = True, output_side: bool = True, output_side_max: int = 2048,
-                 collect: str = "every", error_feedback: bool = True, euclidean_error_feedback: bool = False,
-                 rebase_error_feedback: bool = True, broadcast_factors: bool = True, statistics: str = "all_reduce",
-                 nonfinite: str = "raise",
-                 process_group=None, measure_error: bool = False, history: int | None = None):
+    def __init__(self, model: nn.Module, codec: str | Codec = "fp8_e4m3", config: GiftConfig | None = None, *,
+                 nonfinite: str = "raise", process_group=None, measure_error: bool = False, history: int | None = None,
+                 **settings: Any):
         if not isinstance(model, nn.Module):
             raise GiftError(f"GIFT needs the model (an nn.Module) to find its nn.Linear layers, got {type(model).__name__}")
-        super().__init__(codec, error_feedback=euclidean_error_feedback, nonfinite=nonfinite,
-                         process_group=process_group, model=model, measure_error=measure_error, history=history)
-        if rank is not None:
-            if n_eigenpairs is not None and n_eigenpairs != rank:
-                raise GiftError(f"n_eigenpairs={n_eigenpairs!r} and its deprecated alias rank={rank!r} disagree")
+        if "rank" in settings:  # deprecated alias (earlier runs' comm_kwargs); the process rank is self.rank
+            rank = settings.pop("rank")
+            if "n_eigenpairs" in settings and settings["n_eigenpairs"] != rank:
+                raise GiftError(f"n_eigenpairs={settings['n_eigenpairs']!r} and its deprecated alias rank={rank!r} disagree")
             warnings.warn("GiftHookState(rank=...) is deprecated: the eigenpairs kept are n_eigenpairs=... "
                           "(rank is the process rank)", DeprecationWarning, stacklevel=2)
-            n_eigenpairs = rank
-        n_eigenpairs = 32 if n_eigenpairs is None else n_eigenpairs
-        if isinstance(n_eigenpairs, bool) or not isinstance(n_eigenpairs, int) or n_eigenpairs < 1:
-            raise GiftError(f"n_eigenpairs must be an int >= 1, got {n_eigenpairs!r}")
-        if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
-            raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
+            settings["n_eigenpairs"] = rank
+        if config is not None and settings:
+            raise GiftError(f"pass either config= or GIFT settings as keywords, not both (got {sorted(settings)})")
+        if config is not None and not isinstance(config, GiftConfig):
+            raise GiftError(f"config must be a GiftConfig, got {type(config).__name__}")
+        cfg = config if config is not None else GiftConfig.build(**settings)
+        #: the validated, frozen settings (:class:`~lab.training.comm.gift.GiftConfig`)
+        self.config = cfg
+        super().__init__(codec, error_feedback=cfg.euclidean_error_feedback, nonfinite=nonfinite,
+                         process_group=process_group, model=model, measure_error=measure_error, history=history)
+        layers, include, exclude, embeddings, bias = cfg.layers, cfg.include, cfg.exclude, cfg.embeddings, cfg.bias
+        output_side, output_side_max = cfg.output_side, cfg.output_side_max
         #: when factors are rebuilt, and the covariance EMAs (input / right-hand side, output / left-hand side)
-        self.schedule = RefreshSchedule(refresh_every, refresh_warmup)
-        self._ema_in, self._ema_out = CovarianceEMA(ema, ema_per), CovarianceEMA(ema, ema_per)
-        if residual not in RESIDUALS:
-            raise GiftError(f"residual must be one of {RESIDUALS}, got {residual!r}")
-        if track not in ("all", "selected"):
-            raise GiftError(f"track must be 'all' or 'selected', got {track!r}")
-        if collect not in ("refresh", "every"):
-            raise GiftError(f"collect must be 'refresh' or 'every', got {collect!r}")
-        if select_by not in SELECT_BY:
-            raise GiftError(f"select_by must be one of {SELECT_BY}, got {select_by!r}")
-        if statistics not in ("all_reduce", "rank0"):
-            raise GiftError(f"statistics must be 'all_reduce' or 'rank0', got {statistics!r}")
-        if statistics == "rank0" and not broadcast_factors:
-            raise GiftError("statistics='rank0' builds the factors on rank 0 only: it needs broadcast_factors=True")
-        if select_by == "gain" and track != "all":
-            raise GiftError("select_by='gain' measures GIFT on every candidate: it needs track='all'")
+        self.schedule = RefreshSchedule(cfg.refresh_every, cfg.refresh_warmup)
+        self._ema_in, self._ema_out = CovarianceEMA(cfg.ema, cfg.ema_per), CovarianceEMA(cfg.ema, cfg.ema_per)
         #: eigenpairs kept per factor (``n_eigenpairs``); :attr:`rank` is this process's rank
-        self.n_eigenpairs, self.damping, self.ema, self.refresh_every = n_eigenpairs, float(damping), float(ema), refresh_every
-        self.refresh_warmup = refresh_warmup
-        self.residual, self.track, self.collect, self.ema_per = residual, track, collect, ema_per
-        self.rebase_error_feedback, self.broadcast_factors = bool(rebase_error_feedback), bool(broadcast_factors)
-        self.statistics = statistics
-        self.gift_error_feedback = ErrorFeedback() if error_feedback else None
+        self.n_eigenpairs, self.damping, self.ema, self.refresh_every = cfg.n_eigenpairs, float(cfg.damping), float(cfg.ema), cfg.refresh_every
+        self.refresh_warmup = cfg.refresh_warmup
+        self.residual, self.track, self.collect, self.ema_per = cfg.residual, cfg.track, cfg.collect, cfg.ema_per
+        self.rebase_error_feedback, self.broadcast_factors = cfg.rebase_error_feedback, cfg.broadcast_factors
+        self.statistics = cfg.statistics
+        self.gift_error_feedback = ErrorFeedback() if cfg.error_feedback else None
 
         # candidates: named nn.Linear layers (a weight shared by several modules is one layer), then
         # the embeddings (factor: the covariance of a module's output gradient, see embeddings)
@@ -872,8 +858,6 @@ class GiftHookState(CodecHookState):
         # hooks, refreshed per bucket): the embeddings' only factor, and a Linear's left-hand factor
         self.tracker = CovarianceTracker({name: mods for name, mods in by_weight.values()}, self._collecting,
                                          homogeneous=self._layer_bias)
-        if isinstance(output_side_max, bool) or not isinstance(output_side_max, int) or output_side_max < 1:
-            raise GiftError(f"output_side_max must be an int >= 1, got {output_side_max!r}")
         self.output_side = tuple(name for name, mods in by_weight.values()
                                  if output_side and len(mods) == 1 and mods[0].weight.requires_grad
                                  and mods[0].out_features <= output_side_max)
@@ -881,8 +865,8 @@ class GiftHookState(CodecHookState):
             {}, self._collecting,
             {**{n: (source, m.embedding_dim) for n, (m, source) in emb.items()},
              **{name: (mods[0], mods[0].out_features) for name, mods in by_weight.values() if name in self.output_side}})
-        self.selector = LayerSelector(self.layers, select_by=select_by, k=select_k, threshold=select_threshold,
-                                      warmup=select_warmup if layers is None else None, every=reselect_every,
+        self.selector = LayerSelector(self.layers, select_by=cfg.select_by, k=cfg.select_k, threshold=cfg.select_threshold,
+                                      warmup=cfg.select_warmup if layers is None else None, every=cfg.reselect_every,
                                       initial=None if layers is None else list(layers))
         self.whitening: dict[str, Whitening] = {}
         self.out_whitening: dict[str, Whitening] = {}
