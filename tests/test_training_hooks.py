@@ -1008,3 +1008,14 @@ def test_gift_config_is_frozen_validated_and_names_the_field():
     assert (by_config.n_eigenpairs, by_config.schedule.every, by_config.ema, by_config.selected) == (4, 2, 0.5, ("fc1",))
     with pytest.raises(GiftError, match="not both"):
         GiftHookState(Tiny(), config=cfg, ema=0.1)
+
+
+def test_benchmark_gift_settings_are_valid_gift_config_fields():
+    from benchmarks import comm as bench
+    from lab.training.comm.gift import GiftConfig
+
+    for s in (bench.FULL, bench.QUICK):
+        kw = bench._gift_kwargs(s, 0.3)
+        kw.pop("measure_error")  # an accounting keyword of the hook, not a GIFT setting
+        cfg = GiftConfig.build(**kw)
+        assert cfg.n_eigenpairs == s.gift_rank and cfg.refresh_warmup == s.gift_refresh_warmup

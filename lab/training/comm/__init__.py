@@ -9,7 +9,8 @@ gift
     :mod:`lab.training.comm.gift`: GIFT (arXiv 2607.07494): :class:`Whitening` (low-rank + scalar-residual
     powers ``A^{-1/2}`` / ``A^{1/2}`` of a damped covariance), :class:`KroneckerWhitening` (both factors,
     ``B^{-1/2} G A^{-1/2}``), :class:`CovarianceTracker`, :class:`LayerSelector` (the paper's saturation
-    score, or error / gain).
+    score, or error / gain), :class:`RefreshSchedule` and :class:`CovarianceEMA` (when and how factors
+    are refreshed, shared by the hook and ``benchmarks.comm``), :class:`GiftConfig` (the hook's settings).
 hooks
     :mod:`lab.training.comm.hooks`: DDP hooks ``(state, bucket) -> Future`` and :func:`get_hook` for
     ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``, with per-rank
@@ -17,7 +18,15 @@ hooks
 """
 
 from lab.training.comm.codecs import CODECS, Codec, Float32Codec, FP8Codec, NVFP4Codec, get_codec
-from lab.training.comm.gift import CovarianceTracker, KroneckerWhitening, LayerSelector, Whitening
+from lab.training.comm.gift import (
+    CovarianceEMA,
+    CovarianceTracker,
+    GiftConfig,
+    KroneckerWhitening,
+    LayerSelector,
+    RefreshSchedule,
+    Whitening,
+)
 from lab.training.comm.hooks import (
     HOOKS,
     CodecHookState,
@@ -33,7 +42,8 @@ from lab.training.comm.hooks import (
 
 __all__ = [
     "CODECS", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
-    "CovarianceTracker", "KroneckerWhitening", "LayerSelector", "Whitening",
+    "CovarianceEMA", "CovarianceTracker", "GiftConfig", "KroneckerWhitening", "LayerSelector", "RefreshSchedule",
+    "Whitening",
     "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "GiftHookState", "StepRecord",
     "codec_hook", "fp32_hook", "get_hook", "gift_hook",
 ]
