@@ -26,7 +26,9 @@ def rebridge_guidance_weight(kappa: float = 5.0, lam: float = 1.0, nfe: int | No
         return 1 + kappa * t * (1 - t) / (lam + kappa * (1 - t) ** 2)
 
     if nfe is not None:
-        return float(sum(c(k / nfe) for k in range(int(nfe))) / nfe)
+        from lab.generative.restore.base import timesteps
+
+        return float(sum(c(s.t) for s in timesteps(int(nfe))) / nfe)
     n = 20000
     ts = (np.arange(n) + 0.5) / n
     return float(np.mean(c(ts)))
