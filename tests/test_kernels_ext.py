@@ -111,3 +111,18 @@ def test_lab_objects_have_a_one_line_plain_summary(ip, testbed):
     site = testbed.site("alpha")
     assert plain(site).startswith("TestbedSite alpha: 2 CPUs") and "\n" not in plain(site)
     assert "<b>TestbedSite alpha</b>" in ip.display_formatter.formatters["text/html"](site)
+
+
+def test_lab_restore_runs_the_demo_and_its_result_displays(ip):
+    import time
+
+    demo = ip.run_line_magic("lab_restore", "2 --method flower --task deblur --nfe 20")
+    assert (demo.task_picker.value, demo.method_picker.value) == ("deblur", "flower")
+    deadline = time.monotonic() + 120
+    while demo.result is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert demo.result is not None
+    line = ip.display_formatter.formatters["text/plain"](demo.result)
+    assert line.startswith("DemoResult Flower on deblur at 20 NFE: degraded ") and "\n" not in line
+    html = ip.display_formatter.formatters["text/html"](demo.result)
+    assert html.startswith("<div><b>DemoResult</b>") and "data:image/png;base64," in html
