@@ -511,3 +511,26 @@ def test_training_errors_live_in_lab_training_errors_and_old_imports_still_work(
     assert issubclass(OptimizerConfigError, ValueError)
     err = OptimizerConfigError("AdamS", "lr", -1.0, ">= 0")
     assert (err.param, err.value, str(err)) == ("lr", -1.0, "AdamS: lr must be >= 0, got -1.0")
+
+
+def test_scape_config_is_frozen_validated_and_names_the_option():
+    import pydantic
+
+    from lab.training.optim.scape import SCAPE, ScapeConfig, ScapeError
+
+    cfg = ScapeConfig.build(sparsity=0.99, explore=0.2)
+    with pytest.raises(pydantic.ValidationError):
+        cfg.sparsity = 0.5  # frozen
+    for kw, param in (({"sparsity": 1.0}, "sparsity"), ({"dense_steps": 0}, "dense_steps"), ({"seed": True}, "seed"),
+                      ({"mask_score": "m_ef"}, "mask_score"), ({"explore": 1.5}, "explore")):
+        with pytest.raises(OptimizerConfigError, match=f"SCAPE: {param} must be") as info:
+            ScapeConfig.build(**kw)
+        assert info.value.param == param
+    with pytest.raises(ScapeError, match="unknown option"):
+        ScapeConfig.build(sparsty=0.9)
+    params = [torch.nn.Parameter(torch.randn(50))]
+    opt = SCAPE(params, config=cfg)
+    assert opt.config is cfg and (opt.sparsity, opt.explore) == (0.99, 0.2)
+    assert SCAPE([torch.nn.Parameter(torch.randn(50))], sparsity=0.99, explore=0.2).config == cfg
+    with pytest.raises(ScapeError, match="not both"):
+        SCAPE(params, sparsity=0.5, config=cfg)

@@ -102,15 +102,105 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from lab.training.errors import ScapeError  # ScapeError is defined there, re-exported here
 from lab.training.optim.adams import OptimizerConfigError, adams_update_, validate_adams_hyperparameters
 
-__all__ = ["SCAPE", "ScapeError", "ScapeStepStats"]
+__all__ = ["SCAPE", "ScapeConfig", "ScapeError", "ScapeStepStats"]
 
 _KEY = "scape"  # the optimizer-wide entry in ``self.state`` (a non-tensor key survives state_dict)
 _INDEX_BYTES = 4  # int32 global indices on the wire
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+
+
+def _check_scape_options(o: dict[str, Any]) -> None:
+    """Raise :class:`OptimizerConfigError` naming the first bad SCAPE option of ``o`` (a full option dict)."""
+
+    def bad(param: str, req: str) -> None:
+        raise OptimizerConfigError("SCAPE", param, o[param], req)
+
+    def real(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    def integer(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not real(o["sparsity"]) or not 0.0 <= o["sparsity"] < 1.0:
+        bad("sparsity", "a number in [0, 1)")
+    if o["scope"] not in ("tensor", "shard"):
+        bad("scope", "'tensor' or 'shard'")
+    if o["mask_sync"] not in ("all_gather", "local"):
+        bad("mask_sync", "'all_gather' or 'local'")
+    if o["mask_encoding"] not in ("auto", "indices", "bitmask"):
+        bad("mask_encoding", "'auto', 'indices' or 'bitmask'")
+    if not integer(o["mask_refresh_interval"]) or o["mask_refresh_interval"] < 1:
+        bad("mask_refresh_interval", "an int >= 1")
+    if not integer(o["dense_steps"]) or o["dense_steps"] < 1:
+        bad("dense_steps", "an int >= 1 (no first moment exists before step 1)")
+    if o["unmasked"] not in ("freeze", "zero_grad"):
+        bad("unmasked", "'freeze' or 'zero_grad'")
+    if not isinstance(o["error_feedback"], bool):
+        bad("error_feedback", "a bool")
+    if not real(o["explore"]) or not 0.0 <= o["explore"] <= 1.0:
+        bad("explore", "a number in [0, 1]")
+    if o["mask_score"] not in ("m", "m_ef"):
+        bad("mask_score", "'m' or 'm_ef'")
+    if o["mask_score"] == "m_ef" and not o["error_feedback"]:
+        bad("mask_score", "'m' unless error_feedback=True ('m_ef' ranks by the residual)")
+    if o["mask_score"] == "m_ef" and o["mask_sync"] == "local":
+        bad("mask_score", "'m' with mask_sync='local' (residuals differ across ranks, so would masks)")
+    if not integer(o["seed"]):
+        bad("seed", "an int")
+
+
+class ScapeConfig(BaseModel):
+    """The validated, frozen SCAPE options (what :class:`SCAPE` takes besides the AdamS
+    hyper-parameters and the accounting ones); each field is documented in :class:`SCAPE`.
+
+    Built with :meth:`build`, a bad option raises
+    :class:`~lab.training.errors.OptimizerConfigError` whose ``param`` names it (``"sparsity"``, ...);
+    ``ScapeConfig(**kw)`` runs the same checks (pydantic's ``ValidationError`` wrapping that error).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sparsity: float = 0.9
+    scope: Literal["tensor", "shard"] = "tensor"
+    mask_sync: Literal["all_gather", "local"] = "all_gather"
+    mask_encoding: Literal["auto", "indices", "bitmask"] = "auto"
+    mask_refresh_interval: int = 1
+    dense_steps: int = 1
+    unmasked: Literal["freeze", "zero_grad"] = "freeze"
+    error_feedback: bool = False
+    explore: float = 0.0
+    mask_score: Literal["m", "m_ef"] = "m"
+    seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ScapeError(f"SCAPE: unknown option(s) {unknown}; known: {', '.join(cls.model_fields)}")
+            defaults = {n: f.default for n, f in cls.model_fields.items()}
+            _check_scape_options({**defaults, **data})
+        return data
+
+    @classmethod
+    def build(cls, **kw: Any) -> ScapeConfig:
+        """``ScapeConfig(**kw)`` raising the :class:`OptimizerConfigError` (``param``: the field) or, for an
+        unknown option, the :class:`ScapeError` itself rather than pydantic's wrapper."""
+        try:
+            return cls(**kw)
+        except Exception as exc:  # pydantic wraps a validator's ValueError
+            inner = getattr(exc, "errors", None)
+            if inner is not None:
+                ctx = (exc.errors()[0].get("ctx") or {}).get("error")
+                if isinstance(ctx, (OptimizerConfigError, ScapeError)):
+                    raise ctx from None
+            raise
 
 
 @dataclass(frozen=True)
@@ -246,6 +336,9 @@ class SCAPE(torch.optim.Optimizer):
         Group of the data-parallel ranks; default: the default group when initialized, else none.
     history : int, default 10000
         How many :class:`ScapeStepStats` :attr:`history` keeps.
+    config : ScapeConfig, optional
+        The options from ``sparsity`` to ``seed`` as one validated, frozen :class:`ScapeConfig`
+        (then leave those keywords at their defaults; :class:`ScapeError` otherwise).
 
     Attributes
     ----------
@@ -297,18 +390,27 @@ class SCAPE(torch.optim.Optimizer):
         seed: int = 0,
         process_group: Any = None,
         history: int = 10000,
+        config: ScapeConfig | None = None,
     ):
         name = type(self).__name__
         validate_adams_hyperparameters(name, lr, betas, eps, weight_decay)
-        self._validate_options(
-            sparsity=sparsity, scope=scope, mask_sync=mask_sync, mask_encoding=mask_encoding,
-            mask_refresh_interval=mask_refresh_interval, dense_steps=dense_steps, unmasked=unmasked,
-            error_feedback=error_feedback, explore=explore, mask_score=mask_score, seed=seed, history=history,
-        )
-        self.sparsity, self.scope, self.mask_sync = float(sparsity), scope, mask_sync
-        self.mask_encoding_option, self.mask_refresh_interval = mask_encoding, int(mask_refresh_interval)
-        self.dense_steps, self.unmasked, self.error_feedback = int(dense_steps), unmasked, bool(error_feedback)
-        self.explore, self.mask_score, self.seed = float(explore), mask_score, int(seed)
+        options = dict(sparsity=sparsity, scope=scope, mask_sync=mask_sync, mask_encoding=mask_encoding,
+                       mask_refresh_interval=mask_refresh_interval, dense_steps=dense_steps, unmasked=unmasked,
+                       error_feedback=error_feedback, explore=explore, mask_score=mask_score, seed=seed)
+        if config is not None:
+            if not isinstance(config, ScapeConfig):
+                raise ScapeError(f"{name}: config must be a ScapeConfig, got {type(config).__name__}")
+            changed = sorted(k for k, v in options.items() if v != ScapeConfig.model_fields[k].default)
+            if changed:
+                raise ScapeError(f"{name}: pass either config= or the SCAPE options, not both (got {changed})")
+        #: the validated, frozen SCAPE options (:class:`ScapeConfig`)
+        self.config = cfg = config if config is not None else ScapeConfig.build(**options)
+        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+            raise OptimizerConfigError("SCAPE", "history", history, "an int >= 1")
+        self.sparsity, self.scope, self.mask_sync = float(cfg.sparsity), cfg.scope, cfg.mask_sync
+        self.mask_encoding_option, self.mask_refresh_interval = cfg.mask_encoding, int(cfg.mask_refresh_interval)
+        self.dense_steps, self.unmasked, self.error_feedback = int(cfg.dense_steps), cfg.unmasked, bool(cfg.error_feedback)
+        self.explore, self.mask_score, self.seed = float(cfg.explore), cfg.mask_score, int(cfg.seed)
 
         if process_group is None and dist.is_available() and dist.is_initialized():
             process_group = dist.group.WORLD
@@ -364,46 +466,6 @@ class SCAPE(torch.optim.Optimizer):
         self.history: deque[ScapeStepStats] = deque(maxlen=int(history))
 
     # ------------------------------------------------------------------ validation and layout
-    @staticmethod
-    def _validate_options(**o: Any) -> None:
-        def bad(param: str, req: str) -> None:
-            raise OptimizerConfigError("SCAPE", param, o[param], req)
-
-        def real(x: Any) -> bool:
-            return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-        def integer(x: Any) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
-
-        if not real(o["sparsity"]) or not 0.0 <= o["sparsity"] < 1.0:
-            bad("sparsity", "a number in [0, 1)")
-        if o["scope"] not in ("tensor", "shard"):
-            bad("scope", "'tensor' or 'shard'")
-        if o["mask_sync"] not in ("all_gather", "local"):
-            bad("mask_sync", "'all_gather' or 'local'")
-        if o["mask_encoding"] not in ("auto", "indices", "bitmask"):
-            bad("mask_encoding", "'auto', 'indices' or 'bitmask'")
-        if not integer(o["mask_refresh_interval"]) or o["mask_refresh_interval"] < 1:
-            bad("mask_refresh_interval", "an int >= 1")
-        if not integer(o["dense_steps"]) or o["dense_steps"] < 1:
-            bad("dense_steps", "an int >= 1 (no first moment exists before step 1)")
-        if o["unmasked"] not in ("freeze", "zero_grad"):
-            bad("unmasked", "'freeze' or 'zero_grad'")
-        if not isinstance(o["error_feedback"], bool):
-            bad("error_feedback", "a bool")
-        if not real(o["explore"]) or not 0.0 <= o["explore"] <= 1.0:
-            bad("explore", "a number in [0, 1]")
-        if o["mask_score"] not in ("m", "m_ef"):
-            bad("mask_score", "'m' or 'm_ef'")
-        if o["mask_score"] == "m_ef" and not o["error_feedback"]:
-            bad("mask_score", "'m' unless error_feedback=True ('m_ef' ranks by the residual)")
-        if o["mask_score"] == "m_ef" and o["mask_sync"] == "local":
-            bad("mask_score", "'m' with mask_sync='local' (residuals differ across ranks, so would masks)")
-        if not integer(o["seed"]):
-            bad("seed", "an int")
-        if not integer(o["history"]) or o["history"] < 1:
-            bad("history", "an int >= 1")
-
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group at construction (torch semantics, validated); refused afterwards.
 
