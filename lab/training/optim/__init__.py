@@ -15,12 +15,13 @@ scape
     exploration against 99%-sparsity lock-in; exact per-step byte accounting
     (:class:`~lab.training.optim.scape.ScapeStepStats`) and mask coverage.
 
-Errors: :class:`~lab.training.optim.adams.OptimizerConfigError` (a ``ValueError`` naming the bad
-hyper-parameter) and :class:`~lab.training.optim.scape.ScapeError`, both
-:class:`~lab.training.errors.TrainingError`.
+Errors: :class:`~lab.training.errors.OptimizerConfigError` (a ``ValueError`` naming the bad
+hyper-parameter) and :class:`~lab.training.errors.ScapeError`, both
+:class:`~lab.training.errors.TrainingError` (re-exported here). SCAPE's options as one validated,
+frozen value: :class:`~lab.training.optim.scape.ScapeConfig`.
 """
 
 from lab.training.optim.adams import AdamS, OptimizerConfigError, adams_update_
-from lab.training.optim.scape import SCAPE, ScapeError, ScapeStepStats
+from lab.training.optim.scape import SCAPE, ScapeConfig, ScapeError, ScapeStepStats
 
-__all__ = ["AdamS", "OptimizerConfigError", "SCAPE", "ScapeError", "ScapeStepStats", "adams_update_"]
+__all__ = ["AdamS", "OptimizerConfigError", "SCAPE", "ScapeConfig", "ScapeError", "ScapeStepStats", "adams_update_"]
