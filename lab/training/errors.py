@@ -52,8 +52,8 @@ class GiftError(HookError):
 
 class RunConfigError(TrainingError, ValueError):
     """A training run (:mod:`lab.training.run`) cannot start as configured: a bad or unreadable config
-    file, an optimizer keyword that belongs elsewhere, a comm method that is unknown or unavailable
-    (e.g. :mod:`lab.training.comm.hooks` missing), a world size or device that does not fit."""
+    file, an optimizer keyword that belongs elsewhere, a comm method that is not one of
+    :data:`lab.training.comm.hooks.HOOKS` or whose ``comm_kwargs`` the hook refuses, a world size or device that does not fit."""
 
 
 class CheckpointError(TrainingError):
