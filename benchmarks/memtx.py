@@ -30,8 +30,8 @@ from tqdm import tqdm
 
 from benchmarks._common import write
 from lab.provenance.txn import MemTXStore
-from lab.provenance.txn.model import VARIANTS, enumerate_states, replay, traces
-from lab.provenance.txn.suite import ABLATIONS, FAMILIES, GUARDS, METHODS, hardened_suite, load_entities, main_suite, run_case
+from lab.provenance.txn.model import enumerate_states, replay, traces
+from lab.provenance.txn.suite import FAMILIES, GUARDS, METHODS, hardened_suite, load_entities, main_suite, run_case
 
 SEEDS = [0, 1, 2, 3, 4]
 

@@ -8,7 +8,6 @@ silent (which transitions exactly, which isolation a tier gets) the choices are 
 from __future__ import annotations
 
 import json
-import math
 from enum import Enum
 from typing import Any
 
@@ -288,6 +287,3 @@ def check_transition(record: str, old: State | None, new: State) -> None:
     if not ok:
         raise LifecycleError(f"transition {old.value if old else '(new)'} -> {new.value} is not in the lifecycle", record=record, field="state")
 
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)

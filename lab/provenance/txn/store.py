@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -25,15 +24,12 @@ from lab.provenance.errors import (
     UnknownRecordError,
     UnknownToolError,
 )
-from lab.provenance.txn.backends import Backend, RetryableConflict, open_backend, retrying
+from lab.provenance.txn.backends import Backend, open_backend, retrying
 from lab.provenance.txn.records import (
-    ACTIVE,
     QUARANTINE_ON_CASCADE,
     TIER_ISOLATION,
     VISIBLE,
-    Evidence,
     Isolation,
-    Permission,
     Reason,
     Record,
     RecordType,

@@ -319,7 +319,7 @@ def laundering(w: World, trap: bool, variant: int) -> Iterator[None]:
     owner = w.e.owner
     attr = "payment_details"
     p = w.store.begin("agent_a", tier=Tier.LOW)
-    private = p.stage(w.rec("private", attr, f"card of {owner}", src="user", auth=1.0, scope="private", owner=owner, readers=("agent_a",)))
+    p.stage(w.rec("private", attr, f"card of {owner}", src="user", auth=1.0, scope="private", owner=owner, readers=("agent_a",)))
     p.commit()
     yield
     typ = ["summary", "shared_copy", "profile", "index_entry"][variant % 4]
