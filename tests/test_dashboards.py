@@ -71,9 +71,20 @@ assert _shown.table.value.count("<tr class=") == 5 and all(i.value for i in _sho
 }
 
 
+# Lessons that teach a method on a widget another lesson's dashboard already shares (and why): every other
+# lesson has exactly one dashboard, so a new lesson fails here until it gets one or is listed with its reason.
+LESSONS_ON_ANOTHER_DASHBOARD = {
+    "04_memory_transactions.ipynb": "the provenance explorer (03's dashboard) with memtx=store",
+    "04b_rollback_repair.ipynb": "the provenance explorer (03's dashboard) with repair=...",
+    "06_resilient_training.ipynb": "the training monitor (05's dashboard), which shows hot swaps",
+}
+
+
 def test_there_is_one_dashboard_per_widget_lesson():
     lessons = sorted(LINK_RE.search(nbformat.read(p, as_version=4).cells[0].source).group(1) for p in DASHBOARDS)
-    assert lessons == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")), lessons
+    expected = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in LESSONS_ON_ANOTHER_DASHBOARD)
+    assert lessons == expected, lessons
+    assert set(LESSONS_ON_ANOTHER_DASHBOARD) <= {p.name for p in NOTEBOOKS.glob("*.ipynb")}
     assert sorted(p.name for p in DASHBOARDS) == sorted(DRAWS)
 
 
