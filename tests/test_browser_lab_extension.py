@@ -194,8 +194,8 @@ def test_side_panel_lists_a_live_site_and_run_and_marks_the_run_dead(lab):
         except TestbedError as exc:
             pytest.fail(f"could not start the Slurm testbed: {exc}")
         sched = testbed.site("alpha").scheduler()
-        sched.submit(JobSpec(name="busy", command="sleep 120", ntasks=2, walltime_s=300))
-        sched.submit(JobSpec(name="waiting", command="sleep 120", ntasks=2, walltime_s=300))
+        sched.submit(JobSpec(name="busy", command="sleep 120", ntasks=2, walltime_s=300, workdir=lab["live"]))
+        sched.submit(JobSpec(name="waiting", command="sleep 120", ntasks=2, walltime_s=300, workdir=lab["live"]))
         cfg = TrainConfig(run_dir=lab["live"] / "run" / "panel-run", events_path=lab["live"] / "run" / "events.sqlite",
                           model=GPTConfig.tiny(), steps=100_000, batch_size=8, lr=3e-3, warmup_steps=2,
                           eval_interval=1000, eval_batches=1, checkpoint_interval=0, heartbeat_s=0.5)
