@@ -58,3 +58,16 @@ def test_replay_catches_a_broken_store():
     trs = traces(400, depth=12, seed=3)
     broken = sum(bool(replay(t, lambda: MemTXStore(":memory:", features=Features().without("cascade_summaries")))) for t in trs)
     assert broken > 0
+
+
+def test_packed_states_round_trip_and_the_bound_is_checked():
+    from lab.provenance.txn.model import _decode, _key
+
+    s = initial(4, 3)
+    for a in [("begin", 1, EXT), ("stage", 1, 0, None, 1, 1), ("stage", 1, 1, 0, 0, 1), ("call", 1, 2, 0), ("begin", 0, LOW)]:
+        s = step(s, a)[0]
+    c, k = canonical(s)
+    assert _decode(k, 4, 3) == c and canonical(c) == (c, k)  # the frontier's ints decode to the canonical state
+    assert _key(s)[0] == k and sorted(c[1]) == sorted(s[1])
+    with pytest.raises(ValueError, match="records=5"):
+        enumerate_states(records=5, txs=3, depth=1)

@@ -328,44 +328,91 @@ def _code(r) -> int:
     return 0 if r is None else (r[0] + 1) | r[1] << 3 | r[2] << 6 | r[3] << 10 | r[4] << 11 | r[5] << 12
 
 
-_CODES: dict = {None: (0, 0)}  # record tuple -> (its 13-bit code, its slot-swapped code); at most a few thousand
+REC_BITS, TX_BITS = 13, 14  # a record: type+1 (3 bits), state (3), parents (4), slot, evidence, pending; a tx: mode (2), 3 x 4-bit masks
+MAX_RECORDS = 4  # the packed codes hold parent and record masks of 4 bits
 
 
-def _codes(r):
-    c = _CODES.get(r)
-    if c is None:
+class _RecordCodes(dict):
+    """record tuple -> (its code, its slot-swapped code); fills :data:`_REC_OF` (code -> one shared tuple) as it
+    goes, so decoded states share their record objects. At most a few thousand entries."""
+
+    def __missing__(self, r):
         sw = None if r is None else (r[0], r[1], r[2], (1 - r[3]) if r[0] < ACT_REV else r[3], r[4], r[5])
-        c = _CODES[r] = (_code(r), _code(sw))
-    return c
+        ca, cb = _code(r), _code(sw)
+        _REC_OF.setdefault(ca, r)
+        _REC_OF.setdefault(cb, sw)
+        c = self[r] = (ca, cb)
+        return c
+
+
+class _TxCodes(dict):
+    """transaction tuple -> its 14-bit code; fills :data:`_TX_OF` (code -> one shared tuple)."""
+
+    def __missing__(self, tx):
+        m, sn, st, ac = tx
+        c = self[tx] = m | sn << 2 | st << 6 | ac << 10
+        _TX_OF.setdefault(c, tx)
+        return c
+
+
+_REC_OF: dict = {0: None}
+_TX_OF: dict = {}
+_CODES = _RecordCodes()
+_TXC = _TxCodes()
+
+
+def _key(state) -> tuple[int, int]:
+    """``(packed canonical state, packed records of state as given)``. The canonical form sorts the transactions by
+    their code (transactions are interchangeable) and, of the records and their slot swap, takes the smaller
+    packing; the transactions' part is the same for both, so it is chosen on the records alone."""
+    recs, txs = state
+    codes = _CODES
+    if len(recs) == 4:  # the paper's bound, unrolled
+        a, b, c, d = codes[recs[0]], codes[recs[1]], codes[recs[2]], codes[recs[3]]
+        ka = ((a[0] << REC_BITS | b[0]) << REC_BITS | c[0]) << REC_BITS | d[0]
+        kb = ((a[1] << REC_BITS | b[1]) << REC_BITS | c[1]) << REC_BITS | d[1]
+    else:
+        ka = kb = 0
+        for r in recs:
+            ca, cb = codes[r]
+            ka = ka << REC_BITS | ca
+            kb = kb << REC_BITS | cb
+    tc = _TXC
+    if len(txs) == 3:
+        x, y, z = tc[txs[0]], tc[txs[1]], tc[txs[2]]
+        if x > y:
+            x, y = y, x
+        if y > z:
+            y, z = z, y
+            if x > y:
+                x, y = y, x
+        tv = (x << TX_BITS | y) << TX_BITS | z
+    else:
+        tv = 0
+        for c in sorted([tc[t] for t in txs]):
+            tv = tv << TX_BITS | c
+    return ((ka if ka <= kb else kb) << (TX_BITS * len(txs)) | tv), ka
+
+
+def _decode(k: int, records: int, txs: int):
+    """The state a packed int stands for (inverse of the packing in :func:`_key`)."""
+    tl = [None] * txs
+    for j in range(txs - 1, -1, -1):
+        tl[j] = _TX_OF[k & 0x3FFF]
+        k >>= TX_BITS
+    rl = [None] * records
+    for j in range(records - 1, -1, -1):
+        rl[j] = _REC_OF[k & 0x1FFF]
+        k >>= REC_BITS
+    return tuple(rl), tuple(tl)
 
 
 def canonical(state):
-    """The canonical representative: transactions sorted, and of the state and its slot swap the one whose
-    packed form is smaller. Returns ``(state, packed)`` (the packed int is what the visited set holds)."""
-    recs, txs = state
-    txs = tuple(sorted(txs))
-    tv = 0
-    for m, sn, st, ac in txs:
-        tv = tv << 14 | m | sn << 2 | st << 6 | ac << 10
-    ka = kb = 0
-    for r in recs:
-        ca, cb = _CODES.get(r) or _codes(r)
-        ka = ka << 13 | ca
-        kb = kb << 13 | cb
-    shift = 14 * len(txs)
-    ka, kb = ka << shift | tv, kb << shift | tv
-    return ((recs, txs), ka) if ka <= kb else ((_swap(recs), txs), kb)
-
-
-def _pack(state) -> int:
-    """A state as one int (no canonicalisation)."""
-    recs, txs = state
-    v = 0
-    for r in recs:
-        v = v << 13 | _code(r)
-    for m, sn, st, ac in txs:
-        v = v << 14 | m | sn << 2 | st << 6 | ac << 10
-    return v
+    """The canonical representative: transactions sorted by their code, and of the state and its slot swap the
+    one whose packed form is smaller. Returns ``(state, packed)`` (the packed int is what the visited set and the
+    BFS frontier hold)."""
+    k, _ = _key(state)
+    return _decode(k, len(state[0]), len(state[1])), k
 
 
 # -- the invariants, written apart from the step code
@@ -507,13 +554,23 @@ def enumerate_states(records: int = 4, txs: int = 3, depth: int = 10, variant: s
 
 
 def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop_at_first) -> EnumerationResult:
+    """Layer-by-layer BFS over packed canonical states: the visited set and the frontier hold ints (a state is
+    decoded from its int when it is expanded), and the invariant checks, pure functions of the records (and of the
+    transaction for I1), are memoised on the packed records."""
+    if not 1 <= records <= MAX_RECORDS:
+        raise ValueError(f"records={records}: the packed encoding holds 1 to {MAX_RECORDS} records")
     res = EnumerationResult(records, txs, depth, v.name)
     t0 = time.perf_counter()
-    start, k0 = canonical(initial(records, txs))
+    k0, _ = _key(initial(records, txs))
     visited = {k0}
-    pred = {start: None} if keep_traces else None
-    frontier = [start]
+    pred = {k0: None} if keep_traces else None
+    frontier = [k0]
     res.per_depth.append(1)
+    shift = TX_BITS * txs
+    g3_memo: dict = {}  # packed records -> G3 message or None
+    ev_memo: dict = {}  # (kind, packed inputs) -> I1 / I2 message or None
+    memo_cap = 1 << 22
+    key, visit = _key, visited.add
     for level in range(depth):
         nxt = []
         last, n_last = level == depth - 1 and pred is None, 0
@@ -522,35 +579,57 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
             from tqdm import tqdm
 
             it = tqdm(frontier, desc=f"depth {level + 1}/{depth}", unit="state", mininterval=2.0, leave=False)
-        for s in it:
+        if len(g3_memo) > memo_cap:
+            g3_memo.clear()
+        if len(ev_memo) > memo_cap:
+            ev_memo.clear()
+        n_tr = 0
+        for ks in it:
+            s = _decode(ks, records, txs)
+            rs = ks >> shift
             for a in actions(s):
-                res.transitions += 1
+                n_tr += 1
                 new, event = step(s, a, v)
                 if new is None:
                     continue
-                c, k = canonical(new)
-                violation = _event_violation(new, event)
+                k, ra = key(new)
+                if event is None:
+                    violation = None
+                else:
+                    if event[0] == "irreversible":
+                        tx = s[1][event[2]]
+                        mk = (1, rs, tx[0], tx[1], event[3])
+                    else:
+                        mk = (2, ra, event[1])
+                    violation = ev_memo.get(mk, 0)
+                    if violation == 0:
+                        violation = ev_memo[mk] = _event_violation(new, event)
                 fresh = k not in visited
                 if violation is None and fresh:
-                    violation = check_g3(c)  # a state invariant: checked once per canonical state
+                    # a state invariant: checked once per canonical state (G3 is blind to slot and tx symmetry)
+                    violation = g3_memo.get(ra, 0)
+                    if violation == 0:
+                        violation = g3_memo[ra] = check_g3(new)
                 if violation is not None:
                     res.violations += 1
                     if len(res.examples) < max_examples:
-                        tr = _trace(pred, s) + [a] if pred is not None else [a]
+                        tr = _trace(pred, ks) + [a] if pred is not None else [a]
                         res.examples.append((violation, tr))
                     if stop_at_first:
+                        res.transitions += n_tr
                         res.states = len(visited)
                         res.seconds = time.perf_counter() - t0
                         return res
                 if not fresh:
                     continue
-                visited.add(k)
+                visit(k)
                 if pred is not None:
-                    pred[c] = (s, a)
+                    pred[k] = (ks, a)
                 if last:
                     n_last += 1  # the last level is never expanded: count it, do not keep it
                 else:
-                    nxt.append(c)
+                    nxt.append(k)
+        res.transitions += n_tr
         res.per_depth.append(len(nxt) + n_last)
         res.level_seconds.append(time.perf_counter() - t0 - sum(res.level_seconds))
         frontier = nxt
@@ -559,10 +638,10 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
     return res
 
 
-def _trace(pred, s) -> list:
+def _trace(pred, k) -> list:
     out = []
-    while pred[s] is not None:
-        s, a = pred[s]
+    while pred[k] is not None:
+        k, a = pred[k]
         out.append(a)
     return out[::-1]
 
