@@ -48,7 +48,8 @@ class ProvenanceExplorer(anywidget.AnyWidget):
     memtx : lab.provenance.txn.MemTXStore, optional
         Mirrored into ``graph`` on every :meth:`refresh`: labels start with each record's lifecycle state (an
         action's ``compensated`` / ``LEAKED irreversible`` once a cascade repaired it); quarantined, superseded
-        and revoked records are drawn faded (``invalid``).
+        and revoked records are drawn faded, each with its own border colour, and a compensated or leaked action
+        with a double border (:func:`lab.provenance.txn.view.apply_lifecycle`; the legend lists them).
     repair : mapping, optional
         A repair's marks (:func:`lab.provenance.repair.view.repair_overlay`): deactivated records faded,
         replayed steps with a purple border, the support path that kept a record in green.
@@ -106,6 +107,10 @@ class ProvenanceExplorer(anywidget.AnyWidget):
         if self.memtx is not None:
             self.memtx.mirror(self.graph)
         els = explorer_elements(self.graph, run=self.run, agent=self.agent, policy=self.policy, decisions=self.decisions)
+        if self.memtx is not None:
+            from lab.provenance.txn.view import apply_lifecycle
+
+            els = apply_lifecycle(els, self.memtx)
         if self.repair:
             from lab.provenance.repair.view import apply_repair
 
