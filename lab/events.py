@@ -357,6 +357,53 @@ class EventLog:
             return int(cur.lastrowid)
         return int(self._conn.execute("SELECT seq FROM events WHERE dedupe = ?", (dedupe,)).fetchone()[0])
 
+    def append_many(self, events: Iterable[tuple]) -> list[int]:
+        """Append several events with one SQL statement; returns their ``seq`` s in the order given.
+
+        Each item is ``(source, kind, key, payload)`` optionally followed by ``dedupe`` and ``at``,
+        as the arguments of :meth:`append` (an item whose ``dedupe`` was seen before, also earlier
+        in the same call, gets the existing ``seq`` and writes nothing). One statement, not one per
+        event: a burst of hundreds of events (jobs ending in the same second) is one step for
+        SQLite and holds the write lock for as long as one insert of that many rows.
+
+        Raises :class:`EventLogError` if a payload is not JSON-serialisable (nothing is written).
+        """
+        rows = []
+        for item in events:
+            source, kind, key, payload, dedupe, at = (tuple(item) + (None, None))[:6]
+            try:
+                body = json.dumps(payload or {}, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise EventLogError(f"event {kind!r} for {key!r}: payload is not JSON: {exc}") from None
+            rows.append([time.time() if at is None else float(at), source, kind, key, body, dedupe])
+        if not rows:
+            return []
+        cur = self._conn.execute(
+            "INSERT INTO events(time, source, kind, key, payload, dedupe) "
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), "
+            "json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]') "
+            "FROM json_each(?) WHERE true ORDER BY json_each.key ON CONFLICT(dedupe) DO NOTHING RETURNING seq, dedupe",
+            (json.dumps(rows),),
+        )
+        returned = cur.fetchall()
+        inserted_dedupes = {d for _, d in returned if d is not None}
+        new_seqs = iter(sorted(seq for seq, _ in returned))  # one writer: consecutive seqs in insertion order
+        seqs: list[int | None] = []
+        first_of: set[str] = set()
+        for row in rows:
+            dedupe = row[5]
+            if dedupe is None or (dedupe in inserted_dedupes and dedupe not in first_of):
+                if dedupe is not None:
+                    first_of.add(dedupe)
+                seqs.append(int(next(new_seqs)))
+            else:
+                seqs.append(None)
+        missing = sorted({row[5] for row, seq in zip(rows, seqs) if seq is None})
+        if missing:
+            known = dict(self._conn.execute("SELECT dedupe, seq FROM events WHERE dedupe IN (SELECT value FROM json_each(?))", (json.dumps(missing),)))
+            seqs = [int(known[row[5]]) if seq is None else seq for row, seq in zip(rows, seqs)]
+        return seqs
+
     def last_seq(self) -> int:
         """The newest event's ``seq`` (0 for an empty log)."""
         return int(self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])

@@ -48,7 +48,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +204,17 @@ class Continuations:
     ----------
     db : path
         The shared database (the service's ``--db``).
+    resume_batch_s : float
+        Seconds of handlers one resume transaction may hold (see :meth:`resume_ready`); 0: one
+        transaction per continuation.
     """
 
-    def __init__(self, db: str | Path):
+    def __init__(self, db: str | Path, *, resume_batch_s: float = 0.05):
         self._store = _Store(db)
         self.log = self._store.log
         self.submissions = Submissions(self._store.conn)
         self._lock = threading.Lock()
+        self.resume_batch_s = float(resume_batch_s)
 
     def close(self) -> None:
         self._store.close()
@@ -276,55 +281,81 @@ class Continuations:
 
         A handler that raises is recorded (state ``error``, a ``continuation.error`` event) and
         not retried; the others go on.
+
+        The ready continuations are found with one query (with their records and events) and resumed
+        in batches: one ``BEGIN IMMEDIATE`` ... ``COMMIT`` holds the handlers run within
+        :attr:`resume_batch_s` seconds (at least one), not one transaction each, so a burst of
+        hundreds of ended jobs costs a few commits and the write lock is released between batches
+        for the service. A crash before a batch's commit leaves all its continuations waiting (they
+        run again: effects outside the database use the continuation id as idempotency key).
         """
         resumed = []
         with self._lock:
             # one query finds every waiting continuation whose first awaited event is there
             # (not one query per waiting continuation: thousands wait at once at scale)
             ready = self._store.conn.execute(
-                "SELECT c.id, MIN(e.seq) FROM continuations c JOIN events e ON e.key = c.key "
-                "WHERE c.state = 'waiting' AND e.kind IN (SELECT value FROM json_each(c.kinds)) GROUP BY c.id ORDER BY c.id"
+                "SELECT c.id, c.key, c.kinds, c.handler, c.args, c.state, c.event_seq, c.result, c.error, "
+                "e.seq, e.time, e.source, e.kind, e.key, e.payload FROM "
+                "(SELECT c.id AS cid, MIN(e.seq) AS seq FROM continuations c JOIN events e ON e.key = c.key "
+                " WHERE c.state = 'waiting' AND e.kind IN (SELECT value FROM json_each(c.kinds)) GROUP BY c.id) r "
+                "JOIN continuations c ON c.id = r.cid JOIN events e ON e.seq = r.seq ORDER BY c.id"
             ).fetchall()
-            for cid, seq in ready:
-                rec = self.get(cid)
-                event = self.log.tail(seq - 1, limit=1)[0]
-                done = self._resume(rec, event)
-                if done is not None:
-                    resumed.append(done)
+            items = [(self._record(r[:9]), Event(r[9], r[10], r[11], r[12], r[13], json.loads(r[14]))) for r in ready]
+            i = 0
+            while i < len(items):
+                batch, i = self._resume_batch(items, i)
+                resumed += batch
         return resumed
 
-    def _resume(self, rec: ContinuationRecord, event: Event) -> ContinuationRecord | None:
-        conn = self._store.conn
+    def _resume_batch(self, items: list[tuple[ContinuationRecord, Event]], start: int) -> tuple[list[ContinuationRecord], int]:
+        """Resume ``items[start:]`` in one transaction until :attr:`resume_batch_s` has passed (at
+        least one); returns the resumed records and the index of the first item not handled. The
+        batch is re-checked, marked and logged with one statement each, not one per continuation."""
+        conn, done, errors, events = self._store.conn, [], [], []
         conn.execute("BEGIN IMMEDIATE")
+        began, i = time.monotonic(), start
         try:
-            state = conn.execute("SELECT state FROM continuations WHERE id = ?", (rec.id,)).fetchone()[0]
-            if state != "waiting":  # another resumer got it first
-                conn.execute("ROLLBACK")
-                return None
-            try:
-                result = resolve_handler(rec.handler)(event, rec, **rec.args)
-                body = json.dumps(result)
-            except Exception as exc:  # the handler's own failure: recorded, not retried
+            chunk = items[start:start + 500]
+            ids = json.dumps([rec.id for rec, _ in chunk])
+            still = {r[0] for r in conn.execute(
+                "SELECT id FROM continuations WHERE state = 'waiting' AND id IN (SELECT value FROM json_each(?))", (ids,))}
+            for rec, event in chunk:
+                if i > start and time.monotonic() - began >= self.resume_batch_s:
+                    break
+                i += 1
+                if rec.id not in still:  # another resumer got it first
+                    continue
+                try:
+                    result = resolve_handler(rec.handler)(event, rec, **rec.args)
+                    body = json.dumps(result)
+                except Exception as exc:  # the handler's own failure: recorded, not retried
+                    errors.append([event.seq, time.time(), f"{type(exc).__name__}: {exc}", rec.id])
+                    events.append(("continuations", "continuation.error", rec.key, {"id": rec.id, "error": str(exc)}, f"continuation/{rec.id}"))
+                    continue
+                now = time.time()
+                done.append((replace(rec, state="done", event_seq=event.seq, result=json.loads(body)), now, body))
+                events.append(("continuations", "continuation.resumed", rec.key,
+                               {"id": rec.id, "event_seq": event.seq, "event_kind": event.kind, "latency_s": now - event.time},
+                               f"continuation/{rec.id}"))
+            if done:
                 conn.execute(
-                    "UPDATE continuations SET state = 'error', event_seq = ?, resumed = ?, error = ? WHERE id = ?",
-                    (event.seq, time.time(), f"{type(exc).__name__}: {exc}", rec.id),
+                    "UPDATE continuations SET state = 'done', event_seq = json_extract(u.value, '$[0]'), resumed = json_extract(u.value, '$[1]'), "
+                    "result = json_extract(u.value, '$[2]') FROM json_each(?) u WHERE continuations.id = json_extract(u.value, '$[3]')",
+                    (json.dumps([[r.event_seq, now, body, r.id] for r, now, body in done]),),
                 )
-                self.log.append("continuations", "continuation.error", rec.key, {"id": rec.id, "error": str(exc)}, dedupe=f"continuation/{rec.id}")
-                conn.execute("COMMIT")
-                return None
-            now = time.time()
-            conn.execute("UPDATE continuations SET state = 'done', event_seq = ?, resumed = ?, result = ? WHERE id = ?", (event.seq, now, body, rec.id))
-            self.log.append(
-                "continuations", "continuation.resumed", rec.key,
-                {"id": rec.id, "event_seq": event.seq, "event_kind": event.kind, "latency_s": now - event.time},
-                dedupe=f"continuation/{rec.id}",
-            )
+            if errors:
+                conn.execute(
+                    "UPDATE continuations SET state = 'error', event_seq = json_extract(u.value, '$[0]'), resumed = json_extract(u.value, '$[1]'), "
+                    "error = json_extract(u.value, '$[2]') FROM json_each(?) u WHERE continuations.id = json_extract(u.value, '$[3]')",
+                    (json.dumps(errors),),
+                )
+            self.log.append_many(events)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return self.get(rec.id)
+        return [r for r, _, _ in done], i
 
     def compact(self, archive: str | Path, *, before: float, vacuum: bool = False):
         """Trim the event log (see :meth:`lab.events.EventLog.compact`) of events older than ``before``
@@ -399,8 +430,13 @@ class ContinuationService:
         self._next_query: dict[str, float] = {}  # site -> monotonic time of its next allowed query
         self._queue_due: set[str] = set()
         self.query_times: dict[str, list[float]] = {name: [] for name in self.schedulers}
+        self._samples: dict = {}
+        self._pool: ThreadPoolExecutor | None = None  # one worker per site, made on the first poll of several sites
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._store.close()
 
     def _mark(self, site: str, available: bool, error: str = "") -> list[int]:
@@ -420,6 +456,22 @@ class ContinuationService:
         finally:
             self._next_query[site] = time.monotonic() + self.site_min_interval_s
 
+    def _write_sample(self, site: str, q) -> list[int]:
+        """Append the ``site.queue`` event for sample ``q`` if the queue changed (or the heartbeat is due)."""
+        now = time.time()
+        # a job starting, ending or getting a new estimated start is a change too
+        jobs = tuple((j.job_id, j.state.value, j.start_time) for j in q.jobs)
+        state = (q.pending, q.running, q.idle_cpus, q.total_cpus, jobs)
+        last = self._last_queue.get(site)
+        if last is not None and last[0] == state and now - last[1] < self.heartbeat_s:
+            return []
+        payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time,
+                   "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs],
+                   # an unchanged queue is written again after heartbeat_s: a reader knows when silence means stopped
+                   "every_s": self.queue_every_s, "heartbeat_s": self.heartbeat_s}
+        self._last_queue[site] = (state, now)
+        return [self.log.append(site, "site.queue", site, payload, at=q.time)]
+
     def poll_queues(self, sites: list[str] | None = None) -> list[int]:
         """Append a ``site.queue`` event for each site (of ``sites``, default all) whose queue changed
         (or whose heartbeat is due)."""
@@ -427,7 +479,6 @@ class ContinuationService:
         for site, sched in self.schedulers.items():
             if sites is not None and site not in sites:
                 continue
-            now = time.time()
             try:
                 q = self._query(site, sched.queue)
             except SchedulerError as exc:
@@ -435,17 +486,7 @@ class ContinuationService:
                 continue
             appended += self._mark(site, True)
             self._samples[site] = q
-            # a job starting, ending or getting a new estimated start is a change too
-            jobs = tuple((j.job_id, j.state.value, j.start_time) for j in q.jobs)
-            state = (q.pending, q.running, q.idle_cpus, q.total_cpus, jobs)
-            last = self._last_queue.get(site)
-            if last is None or last[0] != state or now - last[1] >= self.heartbeat_s:
-                payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time,
-                           "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs],
-                           # an unchanged queue is written again after heartbeat_s: a reader knows when silence means stopped
-                           "every_s": self.queue_every_s, "heartbeat_s": self.heartbeat_s}
-                appended.append(self.log.append(site, "site.queue", site, payload, at=q.time))
-                self._last_queue[site] = (state, now)
+            appended += self._write_sample(site, q)
         return appended
 
     def poll_transfers(self) -> list[int]:
@@ -477,74 +518,109 @@ class ContinuationService:
             return self.poll_s
         return max(0.0, min(self._next_query.get(s, 0.0) for s in self.schedulers) - time.monotonic())
 
+    def _ask_site(self, site: str, ids: list[str], sample: bool):
+        """One site's scheduler work for a poll (no database access: it runs in a worker thread):
+        the queue sample if ``sample`` (whose listing then serves the job poll, the completion records
+        the jobs it no longer lists), else one job poll. Returns ``(sample or None, statuses)``."""
+        sched = self.schedulers[site]
+        if not sample:
+            return None, self._query(site, sched.status, ids)
+        q = self._query(site, sched.queue)
+        if not ids:
+            return q, {}
+        active = {j.job_id: j for j in q.jobs}
+        statuses = {i: active[i] for i in ids if i in active}
+        rest = [i for i in ids if i not in active]
+        if rest:
+            completed = getattr(sched, "completed_status", None)
+            statuses.update(completed(rest) if completed is not None else sched.status(rest))
+        return q, statuses
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.schedulers)), thread_name_prefix="continuation-site")
+        return self._pool
+
     def poll_once(self) -> list[int]:
         """Poll every site with active watches once (and the queues when due), each site at most once
-        per ``site_min_interval_s``; returns the seqs appended."""
+        per ``site_min_interval_s``; returns the seqs appended.
+
+        The sites are asked at the same time (one worker thread per site: their ``squeue`` calls
+        overlap instead of queueing behind each other, so a poll takes as long as the slowest site,
+        not the sum of all). Each site's answer is written as soon as it arrives, in this thread
+        (the only one that touches the database): its availability, its queue sample, then its
+        jobs' transitions in one transaction."""
         appended = []
         if self.queue_every_s is not None and time.monotonic() >= self._next_queue_poll:
             self._next_queue_poll = time.monotonic() + self.queue_every_s
             self._queue_due = set(self.schedulers)
-        samples: dict = {}
-        due_queue = [s for s in self._queue_due if self._due(s)]
-        if due_queue:
-            appended += self.poll_queues(due_queue)
-            samples = self._samples
-            self._queue_due -= set(due_queue)
+        due_queue = {s for s in self._queue_due if s in self.schedulers and self._due(s)}
+        self._queue_due -= due_queue
         appended += self.poll_transfers()
         conn = self._store.conn
         rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
         by_site: dict[str, list[tuple[str, str]]] = {}
         for site, job_id, last in rows:
             by_site.setdefault(site, []).append((job_id, last))
-        for site, jobs in by_site.items():
-            sched = self.schedulers.get(site)
-            if sched is None or (site in due_queue and site not in samples):  # its sample just failed
-                continue
-            ids = [j for j, _ in jobs]
-            try:
-                if site in samples:  # the sample was this second's query: no second squeue
-                    active = {j.job_id: j for j in samples[site].jobs}
-                    statuses = {i: active[i] for i in ids if i in active}
-                    rest = [i for i in ids if i not in active]
-                    completed = getattr(sched, "completed_status", None)
-                    if rest:
-                        statuses.update(completed(rest) if completed is not None else sched.status(rest))
-                elif self._due(site):
-                    statuses = self._query(site, sched.status, ids)
-                else:
-                    continue
-            except SchedulerError as exc:
-                appended += self._mark(site, False, str(exc))
+        work = [(site, [j for j, _ in by_site.get(site, [])], site in due_queue) for site in self.schedulers
+                if site in due_queue or (site in by_site and self._due(site))]
+        self._samples = {}
+        if len(work) == 1:
+            results = [(work[0][0], self._run_ask(*work[0]))]
+        else:
+            pool = self._executor()
+            futures = {pool.submit(self._run_ask, *w): w[0] for w in work}
+            results = ((futures[f], f.result()) for f in as_completed(futures))
+        for site, (sample, statuses, error) in results:
+            if error is not None:
+                appended += self._mark(site, False, str(error))
                 continue
             appended += self._mark(site, True)
-            changed = [(job_id, last, statuses[job_id]) for job_id, last in jobs if statuses.get(job_id) is not None
-                       and statuses[job_id].state not in (JobState.UNKNOWN, JobState.PENDING) and statuses[job_id].state.value != last]
-            if not changed:
-                continue
-            conn.execute("BEGIN IMMEDIATE")  # one commit for the poll's transitions (hundreds end in one second at scale)
-            try:
-                for job_id, last, st in changed:
-                    appended += self._record_transition(site, job_id, last, st)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            if sample is not None:
+                self._samples[site] = sample
+                appended += self._write_sample(site, sample)
+            appended += self._write_transitions(site, by_site.get(site, []), statuses)
         return appended
 
-    def _record_transition(self, site: str, job_id: str, last: str, st) -> list[int]:
-        key, seqs = job_key(site, job_id), []
-        payload = {
-            "site": site, "job_id": job_id, "state": st.state.value, "exit_code": st.exit_code,
-            "submit_time": st.submit_time, "start_time": st.start_time, "end_time": st.end_time,
-        }
-        if st.state in TERMINAL_STATES and last == JobState.PENDING.value:  # it ran between two polls
-            seqs.append(self.log.append(site, "job.started", key, payload | {"state": "running"}, dedupe=f"{key}/running"))
-        seqs.append(self.log.append(site, _STATE_EVENT[st.state], key, payload, dedupe=f"{key}/{st.state.value}"))
-        self._store.conn.execute(
-            "UPDATE watches SET last_state = ?, active = ? WHERE site = ? AND job_id = ?",
-            (st.state.value, 0 if st.state in TERMINAL_STATES else 1, site, job_id),
-        )
+    def _run_ask(self, site: str, ids: list[str], sample: bool):
+        try:
+            sample_q, statuses = self._ask_site(site, ids, sample)
+        except SchedulerError as exc:
+            return None, {}, exc
+        return sample_q, statuses, None
+
+    def _write_transitions(self, site: str, jobs: list[tuple[str, str]], statuses: Mapping) -> list[int]:
+        """Append the events of the jobs whose state changed and update their watches: one
+        transaction of two statements however many changed (hundreds end in one second at scale)."""
+        changed = [(job_id, last, statuses[job_id]) for job_id, last in jobs if statuses.get(job_id) is not None
+                   and statuses[job_id].state not in (JobState.UNKNOWN, JobState.PENDING) and statuses[job_id].state.value != last]
+        if not changed:
+            return []
+        events, updates = [], []
+        for job_id, last, st in changed:
+            key = job_key(site, job_id)
+            payload = {
+                "site": site, "job_id": job_id, "state": st.state.value, "exit_code": st.exit_code,
+                "submit_time": st.submit_time, "start_time": st.start_time, "end_time": st.end_time,
+            }
+            if st.state in TERMINAL_STATES and last == JobState.PENDING.value:  # it ran between two polls
+                events.append((site, "job.started", key, payload | {"state": "running"}, f"{key}/running"))
+            events.append((site, _STATE_EVENT[st.state], key, payload, f"{key}/{st.state.value}"))
+            updates.append([st.state.value, 0 if st.state in TERMINAL_STATES else 1, site, job_id])
+        conn = self._store.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            seqs = self.log.append_many(events)
+            conn.execute(
+                "UPDATE watches SET last_state = json_extract(u.value, '$[0]'), active = json_extract(u.value, '$[1]') "
+                "FROM json_each(?) u WHERE watches.site = json_extract(u.value, '$[2]') AND watches.job_id = json_extract(u.value, '$[3]')",
+                (json.dumps(updates),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
         return seqs
 
     def serve(self, stop: threading.Event | None = None) -> None:

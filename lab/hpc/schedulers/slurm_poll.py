@@ -29,6 +29,7 @@ Times are epoch seconds (Slurm prints the controller's local time; parsed with
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -55,7 +56,10 @@ _UNAVAILABLE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=65536)
 def _local_time(text: str | None) -> float | None:
+    # cached: a poll parses three stamps for each of hundreds of jobs, most of them the same few
+    # seconds (time.strptime was a third of a 2,000-job poll's CPU time, issue #16)
     if not text or text in ("Unknown", "None", "N/A", "(null)"):
         return None
     try:
@@ -183,6 +187,11 @@ class JobcompReader:
         ``"JobId=3 JobState=FAILED ..."`` -> dict (:func:`~lab.hpc.schedulers.slurm.parse_jobcomp_line`).
     map_state : callable
         Slurm state name -> :class:`JobState`.
+    forget_after_s : float
+        A job not asked about for this many seconds is forgotten (its line and interest dropped, as
+        :meth:`forget`): a watcher stops asking once a job's end is recorded, so without this the
+        reader would keep every job line ever asked about. Asked about again later, it is found
+        by the catch-up read, so forgetting never loses a job.
 
     Attributes
     ----------
@@ -192,8 +201,11 @@ class JobcompReader:
         Bytes read in total (catch-up reads included): a poll's cost.
     """
 
-    def __init__(self, path: str | Path, parse_line: Callable[[str], dict[str, str]], map_state: Callable[[str], JobState]):
+    def __init__(self, path: str | Path, parse_line: Callable[[str], dict[str, str]], map_state: Callable[[str], JobState],
+                 *, forget_after_s: float = 600.0):
         self.path = Path(path)
+        self.forget_after_s = float(forget_after_s)
+        self._asked: dict[str, float] = {}  # job id -> time.monotonic() it was last asked about
         self._parse, self._map = parse_line, map_state
         self.offset = 0
         self.bytes_read = 0
@@ -225,6 +237,11 @@ class JobcompReader:
         ids = {str(j) for j in job_ids}
         if not ids:
             return {}
+        now = time.monotonic()
+        stale = [j for j, t in self._asked.items() if now - t > self.forget_after_s and j not in ids]
+        if stale:
+            self.forget(stale)
+        self._asked.update(dict.fromkeys(ids, now))
         try:
             st = os.stat(self.path)
         except OSError:
@@ -250,6 +267,7 @@ class JobcompReader:
         for j in job_ids:
             self._interest.discard(str(j))
             self._lines.pop(str(j), None)
+            self._asked.pop(str(j), None)
 
 
 def sacct_watched(site: str, run: Callable, job_ids: Iterable[str], map_state: Callable[[str], JobState]) -> dict[str, JobStatus]:

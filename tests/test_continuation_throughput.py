@@ -1,0 +1,155 @@
+"""Continuation throughput at scale (issue #16, the 2,000-job resume latency): the service asks its
+sites at the same time (not one after another), and the resumer commits a burst of ready
+continuations in a few transactions (not one each), still exactly once. No Slurm install needed:
+the real SlurmScheduler against tests.test_continuation_polling's fake controller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from lab.hpc.continuation import ContinuationService, Continuations, job_key
+from lab.hpc.schedulers.slurm import SlurmScheduler
+from tests.test_continuation_polling import FakeSlurm
+
+HANDLER = "tests.continuation_handlers:record"
+SITES = ("alpha", "beta", "gamma", "delta")
+
+
+def _begins(cont: Continuations) -> list[str]:
+    """Record the write transactions ``cont``'s connection opens."""
+    seen: list[str] = []
+    cont.log.connection.set_trace_callback(lambda sql: seen.append(sql) if sql.startswith("BEGIN") else None)
+    return seen
+
+
+def _ended_jobs(tmp_path, n: int) -> tuple[Continuations, str]:
+    db, calls = tmp_path / "lab.db", tmp_path / "calls.txt"
+    cont = Continuations(db)
+    for i in range(n):
+        key = job_key("alpha", str(i))
+        cont.register(key, HANDLER, args={"path": str(calls), "tag": str(i)})
+        cont.log.append("alpha", "job.completed", key, {"state": "completed"}, dedupe=f"{key}/completed")
+    return cont, str(calls)
+
+
+def test_a_burst_of_ready_continuations_is_resumed_in_a_few_transactions(tmp_path):
+    cont, calls = _ended_jobs(tmp_path, 120)
+    begins = _begins(cont)
+    resumed = cont.resume_ready()
+    assert sorted(r.id for r in resumed) == list(range(1, 121)) and all(r.state == "done" for r in resumed)
+    assert resumed[0].result["key"] == "alpha/0" and cont.get(resumed[0].id).result == resumed[0].result
+    # one transaction per resume_batch_s (50 ms) of handlers, not one per continuation (120 before)
+    assert 1 <= len(begins) <= 10, begins
+    assert cont.resume_ready() == []
+    assert Counter(line.split()[0] for line in open(calls)) == Counter({str(i): 1 for i in range(1, 121)})
+    cont.close()
+
+
+def test_batch_size_zero_is_one_transaction_per_continuation(tmp_path):
+    cont, _ = _ended_jobs(tmp_path, 5)
+    cont.resume_batch_s = 0.0
+    begins = _begins(cont)
+    assert len(cont.resume_ready()) == 5 and len(begins) == 5
+    cont.close()
+
+
+def test_two_batching_resumers_still_resume_each_exactly_once(tmp_path):
+    cont, calls = _ended_jobs(tmp_path, 200)
+    other = Continuations(tmp_path / "lab.db")
+    got: list[list] = [[], []]
+    start = threading.Barrier(2)
+
+    def resume(i, c):
+        start.wait()
+        got[i] = c.resume_ready()
+
+    workers = [threading.Thread(target=resume, args=(i, c)) for i, c in enumerate((cont, other))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    ids = [r.id for r in got[0]] + [r.id for r in got[1]]
+    assert sorted(ids) == list(range(1, 201))  # every one, none by both
+    assert Counter(line.split()[0] for line in open(calls)) == Counter({str(i): 1 for i in range(1, 201)})
+    assert len(cont.log.tail(kinds=["continuation.resumed"])) == 200
+    other.close()
+    cont.close()
+
+
+def test_the_sites_are_asked_at_the_same_time(tmp_path):
+    """Each fake site's squeue waits until all four are in flight: asked one after another, the
+    first would wait alone and the poll fail (as it did before: the 2,000-job poll summed the sites)."""
+    arrived = threading.Barrier(len(SITES), timeout=10)
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fakes, scheds = {}, {}
+    for site in SITES:
+        fake = FakeSlurm(tmp_path / f"{site}.jobcomp")
+        sched = SlurmScheduler(site, "/nonexistent/slurm.conf")
+
+        def run(argv, *, stdin=None, check=True, fake=fake):
+            if argv[0] == "squeue":
+                arrived.wait()
+            return fake.run(argv, stdin=stdin, check=check)
+
+        sched._run, sched._ping = run, (lambda: None)
+        for j in ("1", "2"):
+            fake.jobs[j] = "RUNNING"
+            cont.watch_job(site, j)
+            cont.register(job_key(site, j), HANDLER, args={"path": str(tmp_path / "calls.txt")})
+        fake.end("2", "FAILED", "1:0")
+        fakes[site], scheds[site] = fake, sched
+    service = ContinuationService(db, scheds, queue_every_s=None, site_min_interval_s=0.0)
+    service.poll_once()
+    assert {e.key for e in cont.log.tail(kinds=["job.failed"])} == {job_key(s, "2") for s in SITES}
+    assert {e.key for e in cont.log.tail(kinds=["job.started"])} == {job_key(s, j) for s in SITES for j in ("1", "2")}
+    assert all(len(f.squeue_calls()) == 1 for f in fakes.values())
+    assert len(cont.resume_ready()) == len(SITES)
+    service.close()
+    cont.close()
+
+
+def test_append_many_keeps_order_and_dedupe_and_writes_nothing_on_a_bad_payload(tmp_path):
+    import pytest
+
+    from lab.events import EventLog, EventLogError
+
+    log = EventLog(tmp_path / "log.db")
+    first = log.append("s", "job.completed", "a/1", {"x": 1}, dedupe="a/1/completed")
+    seqs = log.append_many([
+        ("s", "job.started", "a/2", {"y": 2}, "a/2/running"),
+        ("s", "note", "a/3", None),
+        ("s", "job.completed", "a/1", {"x": 1}, "a/1/completed"),  # seen before: its seq, nothing written
+        ("s", "job.started", "a/2", {}, "a/2/running"),  # twice in one call: the first one's seq
+        ("s", "note", "a/4", {"z": [1, 2]}, None, 123.25),
+    ])
+    events = log.tail()
+    assert [e.key for e in events] == ["a/1", "a/2", "a/3", "a/4"]
+    by_key = {e.key: e for e in events}
+    assert seqs == [by_key["a/2"].seq, by_key["a/3"].seq, first, by_key["a/2"].seq, by_key["a/4"].seq]
+    assert seqs[0] < seqs[1] < seqs[4] and by_key["a/4"].time == 123.25 and by_key["a/4"].payload == {"z": [1, 2]}
+    with pytest.raises(EventLogError, match="a/6"):
+        log.append_many([("s", "note", "a/5", {}), ("s", "note", "a/6", {"bad": object()})])
+    assert [e.key for e in log.tail()] == ["a/1", "a/2", "a/3", "a/4"]
+    assert log.append_many([]) == []
+    log.close()
+
+
+def test_jobcomp_reader_forgets_jobs_no_longer_asked_about(tmp_path, monkeypatch):
+    import lab.hpc.schedulers.slurm_poll as slurm_poll
+    from lab.hpc.schedulers.slurm import map_state, parse_jobcomp_line
+    from lab.hpc.schedulers.slurm_poll import JobcompReader
+    from tests.test_continuation_polling import _jobcomp_line
+
+    clock = [1000.0]
+    monkeypatch.setattr(slurm_poll.time, "monotonic", lambda: clock[0])
+    path = tmp_path / "jobcomp.log"
+    path.write_text("".join(_jobcomp_line(str(i)) for i in range(1, 101)))
+    reader = JobcompReader(path, parse_jobcomp_line, map_state, forget_after_s=60)
+    assert len(reader.status([str(i) for i in range(1, 101)])) == 100  # a hundred jobs ended: recorded, never asked again
+    clock[0] += 61
+    assert set(reader.status(["100"])) == {"100"}
+    assert set(reader._lines) == {"100"} and reader._interest == {"100"}  # the other 99 lines are not kept forever
+    assert reader.status(["7"])["7"].job_id == "7"  # asked again after being forgotten: the catch-up read finds it
