@@ -89,8 +89,13 @@ def part_suites(progress: bool = True) -> dict:
 
 
 def part_enumeration(depth: int, progress: bool = True) -> dict:
+    import resource
+
+    load0 = os.getloadavg()[0]
     r = enumerate_states(4, 3, depth, progress=progress)
     d = r.as_dict()
+    d["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+    d["load_average_1min"] = {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2), "cores": os.cpu_count()}
     broken = {}
     for v in ("gate_off", "cascade_skips_summaries"):
         b = enumerate_states(4, 3, 6, variant=v, keep_traces=True, stop_at_first=True)
