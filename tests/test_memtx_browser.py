@@ -5,11 +5,12 @@ write, the gate's refusal, the commit, the reversible hold and the retraction's 
 ``ProvenanceExplorer(graph, memtx=store)``, below a tall spacer so the explorer sits at a scrolled position. The
 test runs the same cells here and checks what cytoscape draws against what Python computed: every record's node
 with a label that leads with its lifecycle state (``[revoked]`` belief, ``[quarantined]`` summary,
-``[compensated]`` hold), the quarantined summary and the revoked belief faded with their own border colours
+``[compensated]`` hold), the quarantined summary and the revoked belief faded (see-through fill, grey label) with their own border colours
 (:data:`lab.provenance.txn.view.LIFECYCLE_ENCODING`), the compensated action's double blue border, and the
 legend's lifecycle entries with their counts. It then clicks the summary's node where it is drawn on the scrolled
 page and checks that the details panel names that record. Any page error or request leaving 127.0.0.1 fails it;
-the screenshot is ``test-artifacts/memtx_explorer.png``.
+the screenshots are ``test-artifacts/memtx_explorer.png`` (nothing selected) and ``memtx_explorer_selected.png``
+(after the click).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def test_voila_explorer_draws_the_memtx_lifecycle(tmp_path):
             watch.wait_for(f"(n) => {{ const cy = {CY}; return cy && cy.nodes().length === n; }}", arg=n, what=f"the store's {n} records", timeout_s=120)
             drawn = page.evaluate(
                 f"""() => {{ const cy = {CY};
-                  return Object.fromEntries(cy.nodes().map(x => [x.id(), {{label: x.data('label'), opacity: x.style('opacity'),
-                    border: x.style('border-color'), style: x.style('border-style'), classes: x.classes()}}]));
+                  return Object.fromEntries(cy.nodes().map(x => [x.id(), {{label: x.data('label'), fill: x.style('background-opacity'), text: x.style('text-opacity'),
+                    border: x.style('border-color'), border_opacity: x.style('border-opacity'), style: x.style('border-style'), classes: x.classes()}}]));
                 }}"""
             )
             # the action's id is random per run (the page's kernel ran the case itself): match it by its prefix
@@ -92,10 +93,11 @@ def test_voila_explorer_draws_the_memtx_lifecycle(tmp_path):
             for rid, state in (("b-refundable", "revoked"), ("s-case", "quarantined"), (action, "compensated")):
                 assert drawn[rid]["label"].startswith(f"[{state}]"), (rid, drawn[rid]["label"])
             # faded, each inactive state in its own colour (quarantined orange, revoked black)
-            assert drawn["s-case"]["opacity"] == "0.4" and "lifecycle_quarantined" in drawn["s-case"]["classes"], drawn["s-case"]
+            assert (drawn["s-case"]["fill"], drawn["s-case"]["text"]) == ("0.3", "0.6") and "lifecycle_quarantined" in drawn["s-case"]["classes"], drawn["s-case"]
             assert drawn["s-case"]["border"] == "rgb(230,159,0)" and drawn["s-case"]["style"] == "dashed", drawn["s-case"]
-            assert drawn["b-refundable"]["opacity"] == "0.4" and drawn["b-refundable"]["border"] == "rgb(0,0,0)", drawn["b-refundable"]
-            assert drawn[action]["border"] == "rgb(31,119,180)" and drawn[action]["style"] == "double", drawn[action]
+            assert drawn["b-refundable"]["fill"] == "0.3" and drawn["b-refundable"]["border"] == "rgb(0,0,0)", drawn["b-refundable"]
+            assert drawn[action]["border"] == "rgb(31,119,180)" and drawn[action]["style"] == "double" and drawn[action]["border_opacity"] == "1", drawn[action]
+            assert drawn[action]["label"] == "[compensated] hold_seat\nreservation=4WQ150", drawn[action]["label"]
             rows = page.evaluate(
                 "() => Array.from(document.querySelectorAll('.lab-pe-legend-entry')).map(e => [e.dataset.key, e.innerText, e.querySelector('.n').innerText])"
             )
@@ -104,8 +106,11 @@ def test_voila_explorer_draws_the_memtx_lifecycle(tmp_path):
             assert "quarantined" in legend["lifecycle_quarantined"][0] and "revoked" in legend["lifecycle_revoked"][0], legend
             assert "compensated" in legend["effect_compensated"][0], legend
 
+            page.evaluate("() => document.querySelector('.lab-pe').scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(ARTIFACTS / "memtx_explorer.png"))  # nothing selected: the lifecycle marks as drawn
+
             # click the quarantined summary where it is drawn, with the page scrolled down to the explorer
-            page.locator(".lab-pe").scroll_into_view_if_needed()
             scrolled = page.evaluate("() => window.scrollY || document.scrollingElement.scrollTop || Math.max(...Array.from(document.querySelectorAll('*')).map(e => e.scrollTop))")
             assert scrolled > 0, "the explorer should sit below the fold"
             box = page.locator(".lab-pe-cy").bounding_box()
@@ -117,7 +122,7 @@ def test_voila_explorer_draws_the_memtx_lifecycle(tmp_path):
             page.mouse.move(box["x"] + 5, box["y"] + 5)  # off the node, so its hover tip does not cover the labels
             page.evaluate("() => document.querySelector('.lab-pe').scrollIntoView({block: 'start'})")
             page.wait_for_timeout(300)
-            page.screenshot(path=str(ARTIFACTS / "memtx_explorer.png"))
+            page.screenshot(path=str(ARTIFACTS / "memtx_explorer_selected.png"))
             assert not watch.page_errors, watch.page_errors
             net.check()
         finally:

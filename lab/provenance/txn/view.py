@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.provenance.graph import ProvenanceGraph
+from lab.provenance.labels import key_arguments
 from lab.provenance.txn.store import CascadeReport, MemTXStore
 from lab.provenance.view import explorer_elements
 
@@ -25,20 +26,24 @@ __all__ = ["lifecycle_elements", "apply_lifecycle", "lifecycle_marks", "FADED", 
 #: States the explorer draws faded.
 FADED = frozenset({"quarantined", "superseded", "revoked"})
 
+#: How a faded state is drawn: fill and border see-through, the label greyed on an opaque background (a
+#: whole-node ``opacity`` would let the edges show through the label).
+_FADE = {"background-opacity": 0.3, "border-opacity": 0.6, "text-opacity": 0.6, "text-background-opacity": 1}
+
 #: Legend entries and cytoscape styles of the lifecycle marks (``lifecycle_<state>`` for the faded states,
 #: ``effect_<status>`` for a repaired tool action). Each faded state has its own border colour, so the
 #: legend tells quarantined (rebuildable) from revoked (terminal) and superseded.
 LIFECYCLE_ENCODING: dict[str, dict[str, Any]] = {
     "lifecycle_quarantined": {"border": "dashed", "color": "#e69f00", "meaning": "faded, orange dashed: quarantined (inactive, to be rebuilt)",
-                              "style": {"opacity": 0.4, "border-style": "dashed", "border-color": "#e69f00"}},
+                              "style": {**_FADE, "border-style": "dashed", "border-color": "#e69f00"}},
     "lifecycle_revoked": {"border": "dashed", "color": "#000000", "meaning": "faded, black dashed: revoked (terminal)",
-                          "style": {"opacity": 0.4, "border-style": "dashed", "border-color": "#000000"}},
+                          "style": {**_FADE, "border-style": "dashed", "border-color": "#000000"}},
     "lifecycle_superseded": {"border": "dashed", "color": "#9467bd", "meaning": "faded, violet dashed: superseded by a newer value",
-                             "style": {"opacity": 0.4, "border-style": "dashed", "border-color": "#9467bd"}},
+                             "style": {**_FADE, "border-style": "dashed", "border-color": "#9467bd"}},
     "effect_compensated": {"border": "double", "color": "#1f77b4", "meaning": "double blue border: action compensated by the cascade",
-                           "style": {"border-style": "double", "border-width": 6, "border-color": "#1f77b4"}},
+                           "style": {"border-style": "double", "border-width": 6, "border-color": "#1f77b4", "border-opacity": 1}},
     "effect_leaked": {"border": "double", "color": "#bb0000", "meaning": "double red border: LEAKED irreversible effect (logged)",
-                      "style": {"border-style": "double", "border-width": 6, "border-color": "#bb0000", "opacity": 1}},
+                      "style": {"border-style": "double", "border-width": 6, "border-color": "#bb0000", "border-opacity": 1}},
 }
 
 
@@ -64,7 +69,9 @@ def apply_lifecycle(elements: Mapping[str, Any], store: MemTXStore) -> dict[str,
     -------
     dict
         The elements; every node that is a record of ``store`` gets ``lifecycle`` (its state), ``faded``,
-        ``effect`` and :func:`lifecycle_marks` appended to ``marks``; :data:`LIFECYCLE_ENCODING` is added to
+        ``effect`` and :func:`lifecycle_marks` appended to ``marks``; a tool action's ``label`` becomes its fate,
+        the tool and its key arguments (:func:`lab.provenance.labels.key_arguments`), e.g.
+        ``"[compensated] hold_seat\\nreservation=4WQ150"``; :data:`LIFECYCLE_ENCODING` is added to
         ``encoding["borders"]`` so the front end styles the marks and the legend lists those present.
     """
     els = copy.deepcopy(dict(elements))
@@ -78,6 +85,10 @@ def apply_lifecycle(elements: Mapping[str, Any], store: MemTXStore) -> dict[str,
         effect = effects.get(d["id"], {}).get("status", "")
         d["lifecycle"], d["faded"], d["effect"] = st.value, st.value in FADED, effect
         d["marks"] = list(d.get("marks", [])) + [m for m in lifecycle_marks(st.value, effect) if m not in d.get("marks", [])]
+        if d["id"] in effects and d.get("text", "").startswith("["):  # an action: its fate, the tool, its key arguments
+            fate = d["text"][: d["text"].index("]") + 1]
+            args = key_arguments(effects[d["id"]]["args"]) if isinstance(effects[d["id"]]["args"], Mapping) else ""
+            d["label"] = f"{fate} {effects[d['id']]['tool']}" + (f"\n{args}" if args else "")
     enc = els.setdefault("encoding", {})
     enc["borders"] = {**enc.get("borders", {}), **LIFECYCLE_ENCODING}
     return els
