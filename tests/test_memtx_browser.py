@@ -127,3 +127,31 @@ def test_voila_explorer_draws_the_memtx_lifecycle(tmp_path):
             net.check()
         finally:
             browser.close()
+
+
+def test_lifecycle_marks_tell_the_inactive_states_and_effects_apart(tmp_path):
+    """Superseded, quarantined and revoked records and a leaked action each carry their own mark (which the
+    explorer styles and the legend names); active records carry none (the browser test above checks the drawing)."""
+    from lab.provenance.graph import ProvenanceGraph
+    from lab.provenance.txn import MemTXStore, Tier
+    from lab.provenance.txn.view import LIFECYCLE_ENCODING, lifecycle_elements
+    from tests.memtx_support import rec
+
+    store = MemTXStore(":memory:")
+    store.register_tool("refund", irreversible=True, run=lambda a: None)
+    for r in (rec("old", val="open", auth=0.6), rec("new", val="closed", auth=0.9, src="ledger"), rec("root", ent="e", attr="x"),
+              rec("sum", ent="e", attr="s", typ="summary", parents=["root"]), rec("kept", ent="f", attr="y")):
+        tx = store.begin("a", tier=Tier.EXTERNAL_ACTION)
+        tx.stage(r)
+        assert tx.commit().committed, r["id"]
+    act = store.begin("a", tier=Tier.EXTERNAL_ACTION).call_tool("refund", {"reservation_id": "R1", "amount": 5}, uses=["sum"]).action
+    store.retract("root")
+    with ProvenanceGraph(tmp_path / "g.db") as graph:
+        els = lifecycle_elements(store, graph)
+    marks = {n["data"]["id"]: [m for m in n["data"]["marks"] if m in LIFECYCLE_ENCODING] for n in els["nodes"]}
+    assert marks == {"old": ["lifecycle_superseded"], "new": [], "root": ["lifecycle_revoked"], "sum": ["lifecycle_quarantined"], "kept": [],
+                     act: ["lifecycle_revoked", "effect_leaked"]}, marks
+    label = next(n["data"]["label"] for n in els["nodes"] if n["data"]["id"] == act)
+    assert label == "[LEAKED irreversible] refund\nreservation_id=R1, amount=5", label
+    styles = {k: (v["style"].get("border-color"), v["border"]) for k, v in LIFECYCLE_ENCODING.items()}
+    assert len({c for c, _ in styles.values()}) == len(styles)  # no two marks drawn alike
