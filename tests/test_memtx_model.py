@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.provenance.errors import MemTXError
 from lab.provenance.txn import Features, MemTXStore
 from lab.provenance.txn.model import EXT, LOW, canonical, enumerate_states, initial, replay, step, traces
 from tests.memtx_support import backend_where, pg_server  # noqa: F401  (fixtures)
@@ -69,5 +70,5 @@ def test_packed_states_round_trip_and_the_bound_is_checked():
     c, k = canonical(s)
     assert _decode(k, 4, 3) == c and canonical(c) == (c, k)  # the frontier's ints decode to the canonical state
     assert _key(s)[0] == k and sorted(c[1]) == sorted(s[1])
-    with pytest.raises(ValueError, match="records=5"):
+    with pytest.raises(MemTXError, match="records=5"):
         enumerate_states(records=5, txs=3, depth=1)

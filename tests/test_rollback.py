@@ -34,7 +34,7 @@ def test_store_protocol_and_resolution():
     assert s.resolve("k/x").id == "b" and s.get("c").status == "superseded"
     s.set_status("b", "deleted", "misattributed")
     assert s.get("b").value is None and s.resolve("k/x") is None
-    with pytest.raises(ValueError, match="status"):
+    with pytest.raises(RepairError, match="status"):
         s.set_status("a", "gone", "x")
 
 

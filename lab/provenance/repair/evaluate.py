@@ -78,7 +78,7 @@ def method_fn(name: str, rules: PlannerRules | None = None) -> Callable[[Program
     if rules is not None:
         return lambda p, t, s, e, f: repair(p, t, s, e, f, rules)
     if name not in BASELINES:
-        raise ValueError(f"unknown method {name!r}")
+        raise RepairError(f"unknown method {name!r}; one of {sorted(BASELINES)} or planner rules", step=name)
     return lambda p, t, s, e, f: run_baseline(name, p, t, s, e, f)
 
 

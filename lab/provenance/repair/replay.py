@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.provenance.errors import IrreversibleEffectError
+from lab.provenance.errors import IrreversibleEffectError, RepairError
 from lab.provenance.repair.envs import ToolEnv
 from lab.provenance.repair.graph import build_graph, step_node
 from lab.provenance.repair.planner import FAULT_OPS, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
@@ -233,7 +233,7 @@ def run_baseline(name: str, program: Program, trace: Trace, store: MemoryStore, 
         result.answer = shadow.answer
         result.replay_steps = n
     else:
-        raise ValueError(f"unknown baseline {name!r}; one of {BASELINES}")
+        raise RepairError(f"unknown baseline {name!r}; one of {BASELINES}", step=name)
     return result
 
 

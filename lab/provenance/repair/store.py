@@ -24,7 +24,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from lab.provenance.errors import UnknownNodeError
+from lab.provenance.errors import RepairError, UnknownNodeError
 
 __all__ = ["STATUSES", "MemoryRecord", "MemoryStore", "DictMemoryStore"]
 
@@ -111,7 +111,7 @@ class DictMemoryStore:
 
     def write(self, record: MemoryRecord) -> MemoryRecord:
         if record.id in self._records:
-            raise ValueError(f"memory record {record.id!r} exists already")
+            raise RepairError(f"memory record {record.id!r} exists already", step=record.id)
         if record.status == "active":
             old = self.resolve(record.key)
             if old is not None and old.time > record.time:  # a replayed write at its original time, older than the current one
@@ -142,7 +142,7 @@ class DictMemoryStore:
 
     def set_status(self, record_id: str, status: str, reason: str) -> MemoryRecord:
         if status not in STATUSES:
-            raise ValueError(f"status {status!r} is not one of {STATUSES}")
+            raise RepairError(f"status {status!r} is not one of {STATUSES}", step=record_id)
         r = replace(self.get(record_id), status=status, reason=reason)
         if status == "deleted":
             r = replace(r, value=None)

@@ -42,6 +42,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from lab.provenance.errors import MemTXError
+
 __all__ = ["Variant", "VARIANTS", "initial", "successors", "canonical", "enumerate_states", "EnumerationResult", "traces", "replay"]
 
 # types
@@ -283,7 +285,7 @@ def step(state, action, variant: Variant = VARIANTS["memtx"]):
         recs = list(recs)
         _cascade(recs, {r: REVK}, variant)
         return (tuple(recs), txs), ("repair", 1 << r)
-    raise ValueError(f"unknown model action {action!r}")
+    raise MemTXError(f"unknown model action {action!r}", field="action")
 
 
 def actions(state) -> Iterator[tuple]:
@@ -558,7 +560,7 @@ def _enumerate(records, txs, depth, v, keep_traces, max_examples, progress, stop
     decoded from its int when it is expanded), and the invariant checks, pure functions of the records (and of the
     transaction for I1), are memoised on the packed records."""
     if not 1 <= records <= MAX_RECORDS:
-        raise ValueError(f"records={records}: the packed encoding holds 1 to {MAX_RECORDS} records")
+        raise MemTXError(f"records={records}: the packed encoding holds 1 to {MAX_RECORDS} records", field="records")
     res = EnumerationResult(records, txs, depth, v.name)
     t0 = time.perf_counter()
     k0, _ = _key(initial(records, txs))
