@@ -153,3 +153,76 @@ def test_jobcomp_reader_forgets_jobs_no_longer_asked_about(tmp_path, monkeypatch
     assert set(reader.status(["100"])) == {"100"}
     assert set(reader._lines) == {"100"} and reader._interest == {"100"}  # the other 99 lines are not kept forever
     assert reader.status(["7"])["7"].job_id == "7"  # asked again after being forgotten: the catch-up read finds it
+
+
+def test_slow_queue_samples_are_spaced_so_the_job_polls_go_on(tmp_path, monkeypatch):
+    """A whole-queue sample that takes long (a busy controller) stretches the sample interval to
+    sample_share of the site's time; the watched jobs are polled in between with their own squeue."""
+    import time as _time
+
+    fake = FakeSlurm(tmp_path / "jobcomp.log")
+    sched = SlurmScheduler("alpha", "/nonexistent/slurm.conf")
+    samples: list[float] = []
+
+    def slow_queue():
+        samples.append(_time.monotonic())
+        _time.sleep(0.2)
+        return SlurmScheduler.queue(sched)
+
+    sched._run, sched._ping, sched.queue = fake.run, (lambda: None), slow_queue
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fake.jobs["1"] = "RUNNING"
+    cont.watch_job("alpha", "1")
+    service = ContinuationService(db, {"alpha": sched}, poll_s=0.02, queue_every_s=0.1, site_min_interval_s=0.05, sample_share=0.25)
+    stop = threading.Event()
+    worker = threading.Thread(target=service.serve, args=(stop,))
+    worker.start()
+    _time.sleep(2.0)
+    stop.set()
+    worker.join()
+    # every 0.1 s + 0.2 s each (~7 in 2 s) before; now at most one per 0.2 / 0.25 = 0.8 s
+    assert 1 <= len(samples) <= 3 and min((b - a for a, b in zip(samples, samples[1:])), default=1.0) >= 0.75
+    job_polls = [argv for _, argv in fake.squeue_calls() if "-j" in argv]
+    assert len(job_polls) >= 5  # the watched job kept being polled between the samples
+    sample_events = cont.log.tail(kinds=["site.queue"])
+    assert sample_events and sample_events[-1].payload["every_s"] >= 0.75  # readers see the interval in force
+    service.close()
+    cont.close()
+
+
+def test_serve_does_not_wait_for_a_slow_site(tmp_path):
+    """One site's controller answers in 1.2 s: the other site's jobs are still polled (and their
+    ends written) every site_min_interval_s, not once per slowest answer."""
+    import time as _time
+
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fakes, scheds = {}, {}
+    for site in ("slow", "fast"):
+        fake = FakeSlurm(tmp_path / f"{site}.jobcomp")
+        sched = SlurmScheduler(site, "/nonexistent/slurm.conf")
+
+        def run(argv, *, stdin=None, check=True, fake=fake, slow=site == "slow"):
+            if slow and argv[0] == "squeue":
+                _time.sleep(1.2)
+            return fake.run(argv, stdin=stdin, check=check)
+
+        sched._run, sched._ping = run, (lambda: None)
+        fake.jobs["1"] = "RUNNING"
+        cont.watch_job(site, "1")
+        fakes[site], scheds[site] = fake, sched
+    service = ContinuationService(db, scheds, poll_s=0.05, queue_every_s=None, site_min_interval_s=0.2)
+    stop = threading.Event()
+    worker = threading.Thread(target=service.serve, args=(stop,))
+    worker.start()
+    _time.sleep(0.5)
+    fakes["fast"].end("1")
+    _time.sleep(0.5)
+    ended = [e.key for e in cont.log.tail(kinds=["job.completed"])]
+    stop.set()
+    worker.join()
+    assert ended == ["fast/1"]  # written within 0.5 s while the slow site's first answer was still coming
+    assert len(fakes["fast"].squeue_calls()) >= 3 and len(fakes["slow"].squeue_calls()) <= 2
+    service.close()
+    cont.close()

@@ -16,18 +16,23 @@ Two halves share one SQLite file, the lab's :class:`~lab.events.EventLog`:
   stores "when job K reaches one of these states, call ``module:function``";
   :meth:`~Continuations.resume_ready` calls each handler whose event has arrived.
 
-Exactly once: a continuation's handler runs inside one ``BEGIN IMMEDIATE``
-transaction that first re-checks the continuation is still waiting, then marks
+Exactly once: a continuation's handler runs inside a ``BEGIN IMMEDIATE``
+transaction (one per batch of ready continuations, see :meth:`Continuations.resume_ready`)
+that first re-checks the continuation is still waiting, then marks
 it done and appends a ``continuation.resumed`` event. Two resumers (or a
 restarted kernel) cannot both run it; a crash before the commit leaves it
-waiting, so it runs again later. Effects outside the database (submitting the
+(and the rest of its batch) waiting, so it runs again later. Effects outside the database (submitting the
 next job) should use the continuation id as their idempotency key
 (:attr:`ContinuationRecord.id`), which :mod:`lab.hpc.skills` does.
 
 At scale (issue #16): the service asks each site only for its watched jobs (on Slurm one
 ``squeue -u USER -j ID,...`` call, then the completion records for jobs squeue has forgotten,
 see :mod:`lab.hpc.schedulers.slurm_poll`), at most once per site per ``site_min_interval_s``;
-a due queue sample serves that second's job poll. Retention: :meth:`Continuations.compact`
+a due queue sample serves that second's job poll. The sites are asked in parallel (one worker
+thread per site; only the service's own thread writes the database), each again as soon as it is
+due; a slow whole-queue sample spaces the next one out (``sample_share``). A burst of transitions
+is one ``INSERT`` (:meth:`~lab.events.EventLog.append_many`) and one ``UPDATE``; the resumer
+commits ready continuations in batches (``resume_batch_s``), not one transaction each. Retention: :meth:`Continuations.compact`
 (``python -m lab.hpc.continuation compact``) trims the log into an archive; the rule stored
 with the log (:data:`RETENTION_QUERY`) keeps every event a waiting continuation or a watched
 job or transfer still needs, so a continuation pending across a compaction still resumes,
@@ -48,7 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -399,6 +404,13 @@ class ContinuationService:
         site per this many seconds. When a queue sample is due, the watched jobs' states are taken
         from it (and from the completion records, ``completed_status``, for jobs it no longer
         lists) instead of a second ``squeue``.
+    sample_share : float
+        The share of a site's time its queue samples may take: after a sample that took ``d``
+        seconds, the next is due ``max(queue_every_s, d / sample_share)`` after it began. A sample
+        lists the whole queue and slows down with it (5 s per ``squeue --json`` when four sites end
+        hundreds of jobs at once on a 2-core VM, issue #16), and while it runs the site's watched
+        jobs wait (it is the site's one query of that second); idle sites keep ``queue_every_s``.
+        Each sample's ``every_s`` says the interval in force, so readers judge staleness by it.
 
     Attributes
     ----------
@@ -416,6 +428,7 @@ class ContinuationService:
         queue_every_s: float | None = 5.0,
         heartbeat_s: float = 30.0,
         site_min_interval_s: float = 1.0,
+        sample_share: float = 0.1,
     ):
         self._store = _Store(db)
         self.log = self._store.log
@@ -425,12 +438,14 @@ class ContinuationService:
         self.queue_every_s, self.heartbeat_s = queue_every_s, heartbeat_s
         self._available = {name: True for name in self.schedulers}
         self._last_queue: dict[str, tuple[tuple, float]] = {}
-        self._next_queue_poll = 0.0
         self.site_min_interval_s = float(site_min_interval_s)
         self._next_query: dict[str, float] = {}  # site -> monotonic time of its next allowed query
         self._queue_due: set[str] = set()
         self.query_times: dict[str, list[float]] = {name: [] for name in self.schedulers}
         self._samples: dict = {}
+        self.sample_share = float(sample_share)
+        self._next_sample: dict[str, float] = {}  # site -> monotonic time its next queue sample is due
+        self._sample_every: dict[str, float] = {}  # site -> its current sample interval (queue_every_s, or stretched)
         self._pool: ThreadPoolExecutor | None = None  # one worker per site, made on the first poll of several sites
 
     def close(self) -> None:
@@ -468,7 +483,7 @@ class ContinuationService:
         payload = {"pending": q.pending, "running": q.running, "idle_cpus": q.idle_cpus, "total_cpus": q.total_cpus, "time": q.time,
                    "jobs": [j.model_dump(mode="json", exclude_none=True) for j in q.jobs],
                    # an unchanged queue is written again after heartbeat_s: a reader knows when silence means stopped
-                   "every_s": self.queue_every_s, "heartbeat_s": self.heartbeat_s}
+                   "every_s": self._sample_every.get(site, self.queue_every_s), "heartbeat_s": self.heartbeat_s}
         self._last_queue[site] = (state, now)
         return [self.log.append(site, "site.queue", site, payload, at=q.time)]
 
@@ -525,7 +540,13 @@ class ContinuationService:
         sched = self.schedulers[site]
         if not sample:
             return None, self._query(site, sched.status, ids)
-        q = self._query(site, sched.queue)
+        began = time.monotonic()
+        try:
+            q = self._query(site, sched.queue)
+        finally:  # the next sample: queue_every_s later, or later still if this one took long
+            every = max(self.queue_every_s or 0.0, (time.monotonic() - began) / self.sample_share if self.sample_share > 0 else 0.0)
+            self._sample_every[site] = every
+            self._next_sample[site] = began + every
         if not ids:
             return q, {}
         active = {j.job_id: j for j in q.jobs}
@@ -541,6 +562,33 @@ class ContinuationService:
             self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.schedulers)), thread_name_prefix="continuation-site")
         return self._pool
 
+    def _plan(self, busy: set[str] = frozenset()) -> tuple[list[tuple[str, list[str], bool]], dict[str, list[tuple[str, str]]]]:
+        """The sites to ask now (``(site, watched ids, sample?)``, none of ``busy``) and each site's watched ``(job_id, last_state)``."""
+        if self.queue_every_s is not None:
+            now = time.monotonic()
+            # (not for a site in flight: its sample's end sets when the next is due)
+            self._queue_due |= {s for s in self.schedulers if s not in busy and now >= self._next_sample.get(s, 0.0)}
+        due_queue = {s for s in self._queue_due if s in self.schedulers and s not in busy and self._due(s)}
+        self._queue_due -= due_queue
+        rows = self._store.conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
+        by_site: dict[str, list[tuple[str, str]]] = {}
+        for site, job_id, last in rows:
+            by_site.setdefault(site, []).append((job_id, last))
+        work = [(site, [j for j, _ in by_site.get(site, [])], site in due_queue) for site in self.schedulers
+                if site not in busy and (site in due_queue or (site in by_site and self._due(site)))]
+        return work, by_site
+
+    def _apply(self, site: str, jobs: list[tuple[str, str]], result) -> list[int]:
+        """Write one site's answer (from :meth:`_run_ask`): availability, queue sample, transitions."""
+        sample, statuses, error = result
+        if error is not None:
+            return self._mark(site, False, str(error))
+        appended = self._mark(site, True)
+        if sample is not None:
+            self._samples[site] = sample
+            appended += self._write_sample(site, sample)
+        return appended + self._write_transitions(site, jobs, statuses)
+
     def poll_once(self) -> list[int]:
         """Poll every site with active watches once (and the queues when due), each site at most once
         per ``site_min_interval_s``; returns the seqs appended.
@@ -549,21 +597,10 @@ class ContinuationService:
         overlap instead of queueing behind each other, so a poll takes as long as the slowest site,
         not the sum of all). Each site's answer is written as soon as it arrives, in this thread
         (the only one that touches the database): its availability, its queue sample, then its
-        jobs' transitions in one transaction."""
-        appended = []
-        if self.queue_every_s is not None and time.monotonic() >= self._next_queue_poll:
-            self._next_queue_poll = time.monotonic() + self.queue_every_s
-            self._queue_due = set(self.schedulers)
-        due_queue = {s for s in self._queue_due if s in self.schedulers and self._due(s)}
-        self._queue_due -= due_queue
-        appended += self.poll_transfers()
-        conn = self._store.conn
-        rows = conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
-        by_site: dict[str, list[tuple[str, str]]] = {}
-        for site, job_id, last in rows:
-            by_site.setdefault(site, []).append((job_id, last))
-        work = [(site, [j for j, _ in by_site.get(site, [])], site in due_queue) for site in self.schedulers
-                if site in due_queue or (site in by_site and self._due(site))]
+        jobs' transitions in one transaction. (:meth:`serve` does not even wait for the slowest:
+        each site is asked again as soon as it is due.)"""
+        appended = self.poll_transfers()
+        work, by_site = self._plan()
         self._samples = {}
         if len(work) == 1:
             results = [(work[0][0], self._run_ask(*work[0]))]
@@ -571,15 +608,8 @@ class ContinuationService:
             pool = self._executor()
             futures = {pool.submit(self._run_ask, *w): w[0] for w in work}
             results = ((futures[f], f.result()) for f in as_completed(futures))
-        for site, (sample, statuses, error) in results:
-            if error is not None:
-                appended += self._mark(site, False, str(error))
-                continue
-            appended += self._mark(site, True)
-            if sample is not None:
-                self._samples[site] = sample
-                appended += self._write_sample(site, sample)
-            appended += self._write_transitions(site, by_site.get(site, []), statuses)
+        for site, result in results:
+            appended += self._apply(site, by_site.get(site, []), result)
         return appended
 
     def _run_ask(self, site: str, ids: list[str], sample: bool):
@@ -624,15 +654,34 @@ class ContinuationService:
         return seqs
 
     def serve(self, stop: threading.Event | None = None) -> None:
-        """Poll until ``stop`` is set (or SIGTERM/SIGINT when run as a program)."""
-        stop = stop or threading.Event()
-        while not stop.is_set():
-            started = time.monotonic()
-            self.poll_once()
-            # the next poll when a site is due again, but not sooner than poll_s after this one began
-            wait = max(self.poll_s - (time.monotonic() - started), self.next_due_s(), 0.01)
-            stop.wait(wait)
+        """Poll until ``stop`` is set (or SIGTERM/SIGINT when run as a program).
 
+        Each site is asked again as soon as it is due (``site_min_interval_s`` after its last
+        query ended), whether or not the other sites have answered: a site whose controller is
+        slow (a whole-queue sample under load takes seconds) delays only its own jobs."""
+        stop = stop or threading.Event()
+        pool = self._executor()
+        inflight: dict[str, tuple[Future, list[tuple[str, str]]]] = {}
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                for site in [s for s, (f, _) in inflight.items() if f.done()]:
+                    future, jobs = inflight.pop(site)
+                    self._apply(site, jobs, future.result())
+                self.poll_transfers()
+                work, by_site = self._plan(busy=set(inflight))
+                for w in work:
+                    inflight[w[0]] = (pool.submit(self._run_ask, *w), by_site.get(w[0], []))
+                # the next round when a site answers or is due again, but not sooner than poll_s after this one began
+                wait_s = max(self.poll_s - (time.monotonic() - started), self.next_due_s(), 0.01)
+                if inflight:
+                    wait([f for f, _ in inflight.values()], timeout=wait_s, return_when=FIRST_COMPLETED)
+                    stop.wait(max(0.0, min(wait_s, self.poll_s - (time.monotonic() - started))))
+                else:
+                    stop.wait(wait_s)
+        finally:
+            for site, (future, jobs) in inflight.items():  # let the queries in flight finish and write what they found
+                self._apply(site, jobs, future.result())
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab.hpc.continuation serve --sites DIR --db FILE [--poll-s S]`` or
