@@ -67,6 +67,18 @@ def test_voila_dashboard_renders_and_follows_the_slider(tmp_path):
             assert marker == pytest.approx(10.0)
             assert "HPC2N" in page.locator(QUEUE).inner_text() and "Theta" not in page.locator(QUEUE).inner_text()
             net.check()
+            # a bad link (widgets.url_query): the page names the parameter and what it accepts, no traceback, no dashboard
+            # (01 again: its preheated kernel, refilled since the last visit, has the logs read, so this costs a page load)
+            page = browser.new_page(viewport={"width": 1280, "height": 700})
+            watch = PageWatch(page, "queue_voila_bad_query")
+            net = NetworkWatch(page, "queue_voila_bad_query", voila=True)
+            page.goto(f"{base}/voila/render/dashboards/01_queues.ipynb?token={token}&trace=hpc2n&day=soon", timeout=300_000)
+            watch.wait_for(".lab-query-error", what="the bad query's message", timeout_s=120)
+            message = page.locator(".lab-query-error").inner_text()
+            assert "?day=soon" in message and "a number >= 0" in message and "theta_2022, theta_2023, hpc2n" in message, message
+            assert page.locator(QUEUE).count() == 0 and not watch.errors() and not watch.page_errors
+            page.screenshot(path=str(ARTIFACTS / "queue_voila_bad_query.png"))
+            net.check()
         finally:
             browser.close()
     assert "deprecated" not in log.read_text().lower()
