@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab.hpc.testbed import Testbed, TestbedError
+from tests.memtx_support import pg_server  # noqa: F401  (one PostgreSQL server for the whole session, not one per module)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from lab.provenance.txn import MemTXStore, State
-from tests.memtx_support import backend_where, pg_server, rec  # noqa: F401  (fixtures)
+from tests.memtx_support import backend_where, rec  # noqa: F401  (fixtures; pg_server comes from conftest)
 
 KILLS = 100
 POINTS = ["commit:begin", "commit:ticked", "commit:validated:0", "commit:validated:1", "commit:validated:2",

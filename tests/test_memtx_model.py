@@ -8,7 +8,7 @@ import pytest
 from lab.provenance.errors import MemTXError
 from lab.provenance.txn import Features, MemTXStore
 from lab.provenance.txn.model import EXT, LOW, canonical, enumerate_states, initial, replay, step, traces
-from tests.memtx_support import backend_where, pg_server  # noqa: F401  (fixtures)
+from tests.memtx_support import backend_where  # noqa: F401  (fixtures; pg_server comes from conftest)
 
 
 def test_memtx_has_no_violation_at_a_small_bound():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from lab.provenance.txn import ACTIVE, Features, MemTXStore, State, Tier
-from tests.memtx_support import backend_where, pg_server  # noqa: F401  (fixtures)
+from tests.memtx_support import backend_where  # noqa: F401  (fixtures; pg_server comes from conftest)
 
 LIVE = (State.COMMITTED, State.ACTION_SAFE)
 TABLES = ("records", "parents", "versions", "heads", "pending", "txs", "audit", "effects")

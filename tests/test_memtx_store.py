@@ -17,7 +17,7 @@ from lab.provenance.errors import (
 )
 from lab.provenance.graph import ProvenanceGraph
 from lab.provenance.txn import TRANSITIONS, Features, MemTXStore, PostgresBackend, Reason, State, Tier
-from tests.memtx_support import backend_where, pg_server, rec, store  # noqa: F401  (fixtures)
+from tests.memtx_support import backend_where, rec, store  # noqa: F401  (fixtures; pg_server comes from conftest)
 
 
 def _commit_one(store, r, tier=Tier.LOW, agent="a"):
