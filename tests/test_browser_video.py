@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import time
 
 import numpy as np
 import pytest
@@ -99,9 +100,17 @@ def test_voila_video_demo(tmp_path):
             watch.wait_for("(b) => fetch(document.querySelector('img.lab-vd-still-confiner').src).then(r => r.arrayBuffer())"
                            ".then(a => { let s = ''; for (const x of new Uint8Array(a)) s += String.fromCharCode(x); return btoa(s) !== b; })",
                            arg=before, what="the ConFiner still to change")
-            still = _frames(base64.b64decode(page.evaluate(IMAGE_JS, "img.lab-vd-still-confiner")["data"]))[0]
+            # The readout reaches 5 as soon as the slider does; the stills of frames 1-4 may still be arriving from the
+            # kernel then, so wait (bounded) for the still of frame 5 rather than read whichever came first.
             want = _frames(D.frame_png(expected.videos["confiner"][5], 128))[0]
-            assert np.abs(still.astype(int) - want.astype(int)).max() <= 2
+            deadline, diff = time.monotonic() + 30, None
+            while time.monotonic() < deadline:
+                still = _frames(base64.b64decode(page.evaluate(IMAGE_JS, "img.lab-vd-still-confiner")["data"]))[0]
+                diff = int(np.abs(still.astype(int) - want.astype(int)).max())
+                if diff <= 2:
+                    break
+                page.wait_for_timeout(250)
+            assert diff is not None and diff <= 2, f"the ConFiner still never showed frame 5 (max pixel difference {diff})"
 
             # the play button animates the scrubber (and the stills) on its own
             page.locator(".lab-video-demo .widget-play button").first.click()
