@@ -86,7 +86,7 @@ from lab.hpc.schedulers.base import (
     wait_status_exit_code,
 )
 
-from lab.hpc.schedulers.slurm_poll import JobcompReader, sacct_watched, squeue_watched
+from lab.hpc.schedulers.slurm_poll import JobcompReader, parse_slurm_time, sacct_watched, squeue_watched
 
 __all__ = ["SlurmScheduler", "map_state", "parse_jobcomp_line", "parse_slurm_time"]
 
@@ -122,16 +122,6 @@ def map_state(state: str | list | None) -> JobState:
     if not state:
         return JobState.UNKNOWN
     return _STATES.get(str(state).split()[0].upper().rstrip("+"), JobState.UNKNOWN)
-
-
-def parse_slurm_time(text: str | None) -> float | None:
-    """Slurm's ``YYYY-MM-DDTHH:MM:SS`` in this machine's local time as epoch seconds (None for Unknown/None/empty)."""
-    if not text or text in ("Unknown", "None", "N/A", "(null)"):
-        return None
-    try:
-        return float(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
-    except (ValueError, OverflowError):
-        return None
 
 
 def parse_jobcomp_line(line: str) -> dict[str, str]:

@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from lab.hpc.errors import SchedulerError, SiteUnavailable
-from lab.hpc.schedulers.base import JobState, JobStatus
+from lab.hpc.schedulers.base import JobState, JobStatus, wait_status_exit_code
 
-__all__ = ["SQUEUE_FIELDS", "JobcompReader", "parse_time_limit", "sacct_watched", "squeue_watched"]
+__all__ = ["SQUEUE_FIELDS", "JobcompReader", "parse_slurm_time", "parse_time_limit", "sacct_watched", "squeue_watched"]
 
 #: squeue ``-O`` fields, ``|``-separated; Name last (it may hold spaces and ``|``).
 SQUEUE_FIELDS = (
@@ -57,7 +57,9 @@ _UNAVAILABLE = re.compile(
 
 
 @functools.lru_cache(maxsize=65536)
-def _local_time(text: str | None) -> float | None:
+def parse_slurm_time(text: str | None) -> float | None:
+    """Slurm's ``YYYY-MM-DDTHH:MM:SS`` in this machine's local time as epoch seconds (None for Unknown/None/empty
+    or unparseable text)."""
     # cached: a poll parses three stamps for each of hundreds of jobs, most of them the same few
     # seconds (time.strptime was a third of a 2,000-job poll's CPU time, issue #16)
     if not text or text in ("Unknown", "None", "N/A", "(null)"):
@@ -88,12 +90,6 @@ def parse_time_limit(text: str | None) -> int | None:
     else:  # plain minutes
         h, mi, s = 0, parts[0], 0
     return ((days * 24 + h) * 60 + mi) * 60 + s
-
-
-def _wait_status_exit_code(status: int) -> int:
-    """A wait(2) status as an exit code: the exit status, or 128 + S if killed by signal S."""
-    sig = status & 0x7F
-    return 128 + sig if sig else (status >> 8) & 0xFF
 
 
 def _check(site: str, argv: list[str], r) -> None:
@@ -144,10 +140,10 @@ def squeue_watched(
             state=state,
             name=name or None,
             reason=None if reason in ("", "None", "(null)") else reason,
-            submit_time=_local_time(submit),
-            start_time=_local_time(start) if state != JobState.UNKNOWN and not never_ran else None,
-            end_time=_local_time(end) if ended else None,
-            exit_code=_wait_status_exit_code(int(raw_exit)) if ended and not never_ran and raw_exit.lstrip("-").isdigit() else None,
+            submit_time=parse_slurm_time(submit),
+            start_time=parse_slurm_time(start) if state != JobState.UNKNOWN and not never_ran else None,
+            end_time=parse_slurm_time(end) if ended else None,
+            exit_code=wait_status_exit_code(int(raw_exit)) if ended and not never_ran and raw_exit.lstrip("-").isdigit() else None,
             cpus=int(cpus) if cpus.isdigit() else None,
             nodes=int(nodes) if nodes.isdigit() else None,
             time_limit_s=parse_time_limit(limit),
@@ -165,9 +161,9 @@ def _jobcomp_status(job_id: str, rec: dict[str, str], map_state: Callable[[str],
         job_id=job_id,
         state=map_state(rec.get("JobState")),
         name=rec.get("Name"),
-        submit_time=_local_time(rec.get("SubmitTime")),
-        start_time=None if never_ran else _local_time(rec.get("StartTime")),
-        end_time=_local_time(rec.get("EndTime")),
+        submit_time=parse_slurm_time(rec.get("SubmitTime")),
+        start_time=None if never_ran else parse_slurm_time(rec.get("StartTime")),
+        end_time=parse_slurm_time(rec.get("EndTime")),
         exit_code=exit_code,
         cpus=int(rec["ProcCnt"]) if rec.get("ProcCnt", "").isdigit() else None,
         nodes=int(rec["NodeCnt"]) if rec.get("NodeCnt", "").isdigit() else None,
@@ -300,8 +296,8 @@ def sacct_watched(site: str, run: Callable, job_ids: Iterable[str], map_state: C
             c, s = (int(x) for x in exit_code.split(":")[:2])
             code = 128 + s if s else c
         out[job_id] = JobStatus(
-            job_id=job_id, state=state, name=name or None, submit_time=_local_time(submit),
-            start_time=None if never_ran else _local_time(start), end_time=_local_time(end), exit_code=code,
+            job_id=job_id, state=state, name=name or None, submit_time=parse_slurm_time(submit),
+            start_time=None if never_ran else parse_slurm_time(start), end_time=parse_slurm_time(end), exit_code=code,
             cpus=int(cpus) if cpus.isdigit() else None, nodes=int(nodes) if nodes.isdigit() else None,
             time_limit_s=parse_time_limit(limit),
         )
