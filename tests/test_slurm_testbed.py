@@ -282,6 +282,9 @@ def test_down_leaves_no_daemons(testbed, alpha, outdir):
     sites = testbed.sites
     pids = [p for s in sites for p in s.pids.values()]
     assert len(pids) == 4
+    deadline = time.monotonic() + 10  # Slurm says RUNNING a moment before slurmd has started the job's step daemon
+    while not _stepd_sessions(testbed.site("alpha").dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _stepd_sessions(testbed.site("alpha").dir)  # the job's step daemon is there ...
     assert sorted(testbed.down()) == ["alpha", "beta"]
     for pid in pids:
