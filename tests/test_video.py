@@ -163,3 +163,48 @@ def test_metrics_on_known_videos():
     seam[:, 8:] = 1.0
     seam[:, :, 1] = torch.arange(16) * 0.1
     assert float(metrics.seam_flicker(seam, 8)) > 5
+
+
+def _hand_schedule(name: str, table: dict) -> "Schedule":
+    from lab.generative.video.schedules import Schedule, T
+
+    alpha, sigma = torch.ones(T + 1, dtype=torch.float64), torch.zeros(T + 1, dtype=torch.float64)
+    for t, (a, s) in table.items():
+        alpha[t], sigma[t] = a, s
+    return Schedule(name, alpha, sigma, "epsilon")
+
+
+def test_coordinated_denoising_matches_a_hand_solved_case_of_eqs_8_to_11():
+    """Two frames of one pixel, two refinement steps (t = 500 -> 250 -> 0) on made-up schedules
+    S_s: (alpha, sigma) = (3/5, 4/5) at 500, (4/5, 3/5) at 250; S_t: (4/5, 3/5) at 500, (3/5, 4/5) at 250.
+    Spatial expert: eps_hat = x / 4 per frame; temporal expert: eps_hat = x - mean over frames.
+    By hand (exact fractions), from x = (1/2, -1/4) at t = 500:
+      Eq. 8   x0_S = (x - 4/5 x/4) / (3/5) = 4/3 x = (2/3, -1/3)
+      Eq. 9   V'' = 4/5 x0_S + 3/5 eps_S = 73/60 x = (73/120, -73/240)
+      Eq. 10  eps_T = V'' - mean(V'') = (219/480)(1, -1);  x0_T = (V'' - 3/5 eps_T) / (4/5) = (803/1920, -73/1920)
+      Eq. 11  V' = 3/5 x0_T + 4/5 eps_T = (1971/3200, -1241/3200)
+      spatial DDIM step to 250: x0 = 4/3 V', eps = V'/4 -> 4/5 x0 + 3/5 eps = (47961/64000, -90593/192000)
+    and the same four updates at t = 250 give (1171458083/1843200000, -188161661/614400000)."""
+    s_s = _hand_schedule("hand_s", {500: (0.6, 0.8), 250: (0.8, 0.6)})
+    s_t = _hand_schedule("hand_t", {500: (0.8, 0.6), 250: (0.6, 0.8)})
+    spatial = Expert(lambda x, t: x / 4, s_s, "frame", name="spatial", clip_x0=False)
+    temporal = Expert(lambda x, t: x - x.mean(1, keepdim=True), s_t, "clip", name="temporal", clip_x0=False)
+    x = torch.tensor([0.5, -0.25], dtype=torch.float64).view(1, 2, 1, 1)
+    two = cf.refine(x, 500, 2, spatial, temporal, "coordinated", renoise="predicted").flatten()
+    want = torch.tensor([1171458083 / 1843200000, -188161661 / 614400000], dtype=torch.float64)
+    assert torch.allclose(two, want, atol=1e-12, rtol=0), two
+    assert spatial.nfe == 2 * 2 and temporal.nfe == 2            # three calls per step: spatial, temporal, spatial
+    one = cf.refine(x, 500, 1, spatial, temporal, "coordinated", renoise="predicted").flatten()
+    assert torch.allclose(one, torch.tensor([1971 / 2400, -1241 / 2400], dtype=torch.float64), atol=1e-12)  # x0 = 4/3 V'
+    # fresh re-noising: Eqs. 9 and 11 take two new draws z1, z2 (in that order) instead of the predicted noise
+    g = torch.Generator().manual_seed(3)
+    z1, z2 = torch.randn((1, 2, 1, 1), generator=g), torch.randn((1, 2, 1, 1), generator=g)
+    v2 = 0.8 * torch.tensor([2 / 3, -1 / 3], dtype=torch.float64).view(1, 2, 1, 1) + 0.6 * z1
+    eps_t = v2 - v2.mean(1, keepdim=True)
+    v1 = 0.6 * (v2 - 0.6 * eps_t) / 0.8 + 0.8 * z2
+    fresh = cf.refine(x, 500, 1, spatial, temporal, "coordinated", renoise="fresh", generator=torch.Generator().manual_seed(3))
+    assert torch.allclose(fresh, 4 / 3 * v1, atol=1e-6)
+    # and the check can fail: swapping the schedules of Eqs. 9 / 11 (a wrong hinge) changes the answer
+    swapped = cf.refine(x, 500, 2, Expert(lambda x, t: x / 4, s_t, "frame", clip_x0=False),
+                        Expert(lambda x, t: x - x.mean(1, keepdim=True), s_s, "clip", clip_x0=False), "coordinated", renoise="predicted")
+    assert (swapped.flatten() - want).abs().max() > 1e-2
