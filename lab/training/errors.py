@@ -6,7 +6,8 @@ from lab import LabError
 
 __all__ = ["TrainingError", "CodecError", "NonFiniteError", "HookError", "GiftError",
            "RunConfigError", "CheckpointError", "RunInterrupted",
-           "ModelConfigError", "DataConfigError", "OptimizerConfigError", "ScapeError", "HardwareFileError"]
+           "ModelConfigError", "DataConfigError", "OptimizerConfigError", "ScapeError", "HardwareFileError",
+           "NetnsError"]
 
 
 class TrainingError(LabError):
@@ -120,3 +121,9 @@ class OptimizerConfigError(TrainingError, ValueError):
 class ScapeError(TrainingError):
     """SCAPE (:mod:`lab.training.optim.scape`) cannot run as asked (unsupported parameters or gradients,
     an incompatible checkpoint)."""
+
+
+class NetnsError(TrainingError):
+    """A shaped network of namespaces (:mod:`lab.training.netns`) cannot be built or used: not root, no
+    ``ip``/``tc``, a refused ``ip``/``tc`` step (the command and its message), a bad parameter (named), or a
+    host index that does not exist."""
