@@ -387,7 +387,8 @@ def test_methods_run_on_a_learned_prior(method):
 def test_restore_errors(gauss):
     op = get_operator("denoise", (1, 8, 8))
     y = torch.zeros(2, 1, 8, 8)
-    assert available_methods() == ["bayes", "d_flow", "flower", "ot_ode", "pnp_flow", "rebridge", "recoupled_admm"]
+    assert available_methods() == ["bayes", "d_flow", "flower", "naive", "ot_ode", "pnp_flow", "rebridge", "recoupled_admm",
+                                   "tikhonov"]
     with pytest.raises(MethodError, match="unknown restoration method 'dps'.*rebridge"):
         restore("dps", y, op, gauss, nfe=10)
     with pytest.raises(MethodError, match=r"unknown hyper-parameter\(s\) \['eta'\]"):

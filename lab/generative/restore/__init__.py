@@ -15,6 +15,8 @@ Methods (``METHODS``), each reading like its paper's algorithm box:
 ``ot_ode``     OT-ODE, Pokle et al., TMLR 2024 (Algorithm 1)
 ``d_flow``     D-Flow, Ben-Hamu et al., ICML 2024
 ``bayes``      the exact posterior mean of an exact prior (the ceiling; 0 NFE)
+``naive``      the floor: ``y`` itself, or ``H^+ y`` where ``y`` is not image-shaped (0 NFE)
+``tikhonov``   the classical solver ``(H^T H + lam I)^{-1} H^T y`` (0 NFE; ``lam`` tuned)
 =============  =====================================================================
 
 and the lab's own variant (not a paper's method):
@@ -25,7 +27,7 @@ and the lab's own variant (not a paper's method):
                     the re-coupled bridge (:mod:`~lab.generative.restore.recoupled_admm`)
 ==================  ================================================================
 
-Every method other than ``bayes`` spends exactly ``nfe`` prior evaluations; :func:`restore`
+Every method other than ``bayes``, ``naive`` and ``tikhonov`` spends exactly ``nfe`` prior evaluations; :func:`restore`
 checks it on the prior's counter and raises :class:`~lab.generative.errors.NFEBudgetError` otherwise.
 
 Hyper-parameters: by default each method runs with its paper's values (``Config`` defaults and
@@ -44,7 +46,7 @@ import torch
 
 from lab.generative._tensor import check_batch, make_generator
 from lab.generative.errors import MethodError, NFEBudgetError
-from lab.generative.restore import bayes, d_flow, flower, ot_ode, pnp_flow, rebridge, recoupled_admm  # noqa: F401  (register)
+from lab.generative.restore import bayes, classical, d_flow, flower, ot_ode, pnp_flow, rebridge, recoupled_admm  # noqa: F401  (register)
 from lab.generative.restore.base import METHODS, RestorationMethod, RestorationResult, register
 
 __all__ = ["restore", "resolve_hyper", "METHODS", "RestorationMethod", "RestorationResult", "register", "available_methods",
