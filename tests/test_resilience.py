@@ -156,3 +156,69 @@ def test_two_failures_with_one_spare_name_the_missing_spare(tmp_path):
     assert "rank 0 (worker 0" in msg and "no spare is left" in msg and "1 spare(s)" in msg
     assert "worker 2 took rank 1" in msg
     assert time.monotonic() - t0 < 60
+
+
+# ---------------------------------------------------------------------------------------------- flat generations, copier
+def test_generation_is_one_flat_buffer_filled_from_parts():
+    pp = PingPong({"state": torch.zeros(6), "meta": torch.zeros(2, dtype=torch.int64)})
+    shard, moments = torch.arange(2.0), torch.arange(10.0, 14.0)
+    buf = pp.write(1, {"state": [shard, moments], "meta": torch.tensor([1, 1])})
+    assert buf.tensors["state"].tolist() == [0.0, 1.0, 10.0, 11.0, 12.0, 13.0] and pp.committed() == [1]
+    with pytest.raises(SnapshotError, match="'state': parts hold 5 elements, the layout 6"):
+        pp.write(2, {"state": [shard, moments[:3]], "meta": torch.tensor([2, 2])})
+    with pytest.raises(SnapshotError, match="'state' part 1: needs contiguous torch.float32"):
+        pp.write(2, {"state": [shard, torch.zeros(4, dtype=torch.float64)], "meta": torch.tensor([2, 2])})
+    assert pp.committed() == [1]
+
+
+def test_trusted_replica_commit_is_still_refused_when_read():
+    pp = PingPong({"state": torch.zeros(4)})
+    src = PingPong({"state": torch.zeros(4)})
+    good = src.write(3, {"state": torch.arange(4.0)})
+    dst = pp.begin(3)
+    dst.tensors["state"].copy_(good.tensors["state"])
+    dst.tensors["state"][0] = 99.0  # damaged in transit
+    pp.commit(dst, 3, good.crc, trust=True)  # the receive path records the sender's CRC without a pass
+    assert pp.committed() == [3]
+    with pytest.raises(SnapshotError, match="generation 3 fails its CRC-32"):
+        pp.get(3)
+
+
+def _snapshot_then_overwrite(device, use_stream):
+    """What a worker does: submit generation 1 of the live state, run on, wait for the copy only right
+    before the 'optimizer step' overwrites the state in place; the committed generation must hold the
+    values from before the overwrite."""
+    from lab.training.resilience.snapshot import DeviceCopier
+    from lab.training.resilience.worker import Snapshotter
+
+    copier = DeviceCopier(device, use_stream=use_stream)
+    n = 1 << 20
+    shard, moments = torch.randn(n, device=device), torch.randn(2 * n, device=device)
+    layout = {"state": torch.zeros(3 * n), "meta": torch.zeros(2, dtype=torch.int64)}
+    local, replica = PingPong(layout, pin_memory=copier.pin_memory), PingPong(layout, pin_memory=copier.pin_memory)
+    expected = torch.cat([shard, moments]).cpu()
+    snap = Snapshotter(local, replica, 0, 1, None, copier=copier)
+    try:
+        snap.submit(1, {"state": [shard, moments], "meta": torch.tensor([1, 1])})
+        _ = (shard @ shard) + moments.sum()  # the next step's forward: reads only
+        snap.wait_copied()
+        shard.mul_(-1.0).add_(1.0)  # the optimizer step, in place
+        moments.zero_()
+        snap.drain(30)
+    finally:
+        snap.stop()
+    buf = local.get(1)  # committed, checksum verified
+    assert torch.equal(buf.tensors["state"], expected)
+    assert buf.tensors["state"].is_pinned() == copier.pin_memory
+    assert snap.generations == 1 and snap.cpu_s["copy"] >= 0
+
+
+def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu():
+    _snapshot_then_overwrite("cpu", use_stream=True)  # on the CPU the stream calls are no-ops
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cuda(use_stream):
+    _snapshot_then_overwrite("cuda", use_stream=use_stream)

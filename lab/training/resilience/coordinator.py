@@ -122,6 +122,9 @@ class RunOutcome:
     members: dict[int, int]
     snapshot_busy_s: float
     wall_s: float
+    iter_s: dict[int, float] = field(default_factory=dict)
+    snapshot_cpu_s: dict[int, dict[str, float]] = field(default_factory=dict)
+    snapshot_generations: dict[int, int] = field(default_factory=dict)
 
 
 def _free_port() -> int:
@@ -306,7 +309,10 @@ class ResilientRun:
                         step_s={int(k): v for k, v in out0["step_s"].items()},
                         protected={int(k): v for k, v in out0["protected"].items()},
                         failures=self.failures, maxrss_kb={w: d["maxrss_kb"] for w, d in done.items()},
-                        members=dict(self.members), snapshot_busy_s=out0["snapshot_busy_s"], wall_s=time.time() - self.t_start)
+                        members=dict(self.members), snapshot_busy_s=out0["snapshot_busy_s"], wall_s=time.time() - self.t_start,
+                        iter_s={int(k): v for k, v in out0["iter_s"].items()},
+                        snapshot_cpu_s={w: d["snapshot_cpu_s"] for w, d in done.items()},
+                        snapshot_generations={w: d["snapshot_generations"] for w, d in done.items()})
                 dead = {w: self.procs[w].exitcode for w in workers if self.procs[w].exitcode is not None}
                 reports = self._keys(f"report/{epoch}", workers)
                 if not dead and not reports:

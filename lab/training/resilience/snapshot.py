@@ -13,23 +13,33 @@ only then commits ``(generation, checksum)``: a writer killed or failing at any 
 buffer uncommitted, while the other buffer still holds the previous committed generation. A torn
 buffer is therefore never returned by :meth:`PingPong.committed` or :meth:`PingPong.get`.
 
-Checksums are CRC-32 (:func:`zlib.crc32`, which releases the GIL on large buffers, so a background
-thread computing one does not stall the training thread) over the raw bytes of every tensor in
-layout order.
+Checksums are CRC-32 over the raw bytes of every tensor in layout order, computed with ISA-L
+(:func:`isal.isal_zlib.crc32`: the same polynomial and values as :func:`zlib.crc32`, about 25 GB/s
+here against zlib's 2-4 GB/s, and it releases the GIL). On 2 cores shared by 4 ranks every cycle the
+snapshot thread spends is taken from training (there is no idle core to hide it on), so the checksum
+speed is the main term of the failure-free overhead (``benchmarks/resilience.py``).
+
+A layout entry may be filled from several sources (:meth:`PingPong.write` with a sequence of
+tensors): they are copied back to back into the one flat buffer, so a generation is one contiguous
+tensor per dtype, one checksum pass and one message to the peer.
+
+:class:`DeviceCopier` does the copies: on CUDA on a side stream into pinned buffers, ordered after the
+optimizer step by an event and waited for by the next optimizer step with another event (the host is
+not blocked); on the CPU the same calls copy synchronously and the events are None.
 """
 
 from __future__ import annotations
 
 import threading
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from isal.isal_zlib import crc32
 
 from lab.training.errors import TrainingError
 
-__all__ = ["HostBuffer", "PingPong", "SnapshotError", "checksum", "tensor_bytes"]
+__all__ = ["DeviceCopier", "HostBuffer", "PingPong", "SnapshotError", "checksum", "tensor_bytes"]
 
 
 class SnapshotError(TrainingError):
@@ -53,8 +63,8 @@ def checksum(tensors: Mapping[str, torch.Tensor]) -> int:
     """
     crc = 0
     for name, t in tensors.items():
-        crc = zlib.crc32(name.encode(), crc)
-        crc = zlib.crc32(tensor_bytes(t), crc)
+        crc = crc32(name.encode(), crc)
+        crc = crc32(tensor_bytes(t), crc)
     return crc
 
 
@@ -104,7 +114,8 @@ class PingPong:
 
     def __post_init__(self) -> None:
         def alloc(t: torch.Tensor) -> torch.Tensor:
-            out = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+            # pinned buffers are zero-filled too: identical bytes whatever the allocator hands out
+            out = torch.zeros(t.shape, dtype=t.dtype, device="cpu")
             return out.pin_memory() if self.pin_memory else out
 
         self.buffers = [HostBuffer({k: alloc(v) for k, v in self.layout.items()}) for _ in range(2)]
@@ -119,43 +130,98 @@ class PingPong:
             buf.generation, buf.crc, buf.writing = None, None, generation
         return buf
 
-    def commit(self, buf: HostBuffer, generation: int, crc: int | None = None) -> None:
-        """Commit ``generation`` in ``buf`` (computing its checksum unless ``crc`` is given; a given
-        ``crc`` is checked against the bytes and a mismatch raises :class:`SnapshotError`)."""
-        actual = checksum(buf.tensors)
-        if crc is not None and actual != crc:
-            with self.lock:
-                buf.writing = None
-            raise SnapshotError(f"generation {generation}: received bytes have CRC-32 {actual:#010x}, sender said {crc:#010x}")
+    def commit(self, buf: HostBuffer, generation: int, crc: int | None = None, *, trust: bool = False) -> None:
+        """Commit ``generation`` in ``buf``.
+
+        Without ``crc`` the checksum is computed from the buffer's bytes. With ``crc`` (a transfer:
+        the sender's checksum) the bytes are checked against it and a mismatch raises
+        :class:`SnapshotError` (the buffer stays uncommitted) -- unless ``trust``, which records
+        ``crc`` without reading the bytes: the replica path, whose bytes are verified when they are
+        read (:meth:`get` with ``verify``, and the holder's report to the coordinator), so receiving
+        a replica costs no checksum pass on the critical cores.
+        """
+        if crc is not None and trust:
+            actual = int(crc)
+        else:
+            actual = checksum(buf.tensors)
+            if crc is not None and actual != crc:
+                with self.lock:
+                    buf.writing = None
+                raise SnapshotError(f"generation {generation}: received bytes have CRC-32 {actual:#010x}, sender said {crc:#010x}")
         with self.lock:
             if buf.writing != generation:
                 raise SnapshotError(f"buffer is not being written with generation {generation} (writing {buf.writing})")
             buf.generation, buf.crc, buf.writing = generation, actual, None
 
-    def write(self, generation: int, tensors: Mapping[str, torch.Tensor], *,
-              between: Callable[[str], None] | None = None, non_blocking: bool = False) -> HostBuffer:
-        """Copy ``tensors`` (same names, shapes and dtypes as the layout) into generation ``generation``
-        and commit it. ``between(name)`` runs after each tensor's copy (fault injection: a kill there
-        is a kill mid-snapshot). With ``non_blocking`` (CUDA sources into pinned buffers) the copies are
-        enqueued on the current stream and synchronised before the checksum.
+    def copy(self, generation: int, tensors: Mapping[str, torch.Tensor | Sequence[torch.Tensor]], *,
+             between: Callable[[str], None] | None = None, copier: DeviceCopier | None = None) -> HostBuffer:
+        """Invalidate buffer ``generation % 2`` and copy ``tensors`` into it, without committing.
+
+        Parameters
+        ----------
+        tensors : mapping of str to tensor or sequence of tensors
+            The layout's names in layout order. A tensor must have the entry's shape and dtype; a
+            sequence of contiguous tensors of the entry's dtype is copied back to back into the
+            entry's flat buffer and must fill it exactly.
+        between : callable, optional
+            ``between(name)`` after each source tensor's copy (fault injection: a kill there is a kill
+            mid-snapshot).
+        copier : DeviceCopier, optional
+            Does the copies (a CUDA side stream); None: synchronous ``copy_``.
+
+        Raises
+        ------
+        SnapshotError
+            ``tensors`` do not match the layout (checked before anything is copied; the buffer is
+            then left uncommitted).
+        """
+        buf = self.begin(generation)
+        if list(tensors) != list(buf.tensors):
+            raise SnapshotError(f"snapshot names {list(tensors)} differ from the layout {list(buf.tensors)}")
+        plan = []
+        for name, src in tensors.items():
+            dst = buf.tensors[name]
+            if isinstance(src, torch.Tensor):
+                if src.shape != dst.shape or src.dtype != dst.dtype:
+                    raise SnapshotError(f"snapshot tensor {name!r}: {tuple(src.shape)} {src.dtype} != layout "
+                                        f"{tuple(dst.shape)} {dst.dtype}")
+                plan.append((name, [src]))
+                continue
+            parts = list(src)
+            bad = [i for i, t in enumerate(parts) if t.dtype != dst.dtype or not t.is_contiguous()]
+            if bad:
+                raise SnapshotError(f"snapshot tensor {name!r} part {bad[0]}: needs contiguous {dst.dtype}, got "
+                                    f"{parts[bad[0]].dtype} contiguous={parts[bad[0]].is_contiguous()}")
+            if sum(t.numel() for t in parts) != dst.numel():
+                raise SnapshotError(f"snapshot tensor {name!r}: parts hold {sum(t.numel() for t in parts)} elements, "
+                                    f"the layout {dst.numel()}")
+            plan.append((name, parts))
+        for name, parts in plan:
+            flat, off = buf.tensors[name].view(-1), 0
+            for src in parts:
+                k = src.numel()
+                target, source = flat[off:off + k], src.detach().reshape(-1)
+                if copier is None:
+                    target.copy_(source)
+                else:
+                    copier.copy(target, source)
+                off += k
+                if between is not None:
+                    between(name)
+        return buf
+
+    def write(self, generation: int, tensors: Mapping[str, torch.Tensor | Sequence[torch.Tensor]], *,
+              between: Callable[[str], None] | None = None, copier: DeviceCopier | None = None) -> HostBuffer:
+        """:meth:`copy` then (after the copier's copies completed) :meth:`commit`; returns the committed buffer.
 
         Raises
         ------
         SnapshotError
             ``tensors`` do not match the layout (the buffer is then left uncommitted).
         """
-        buf = self.begin(generation)
-        if list(tensors) != list(buf.tensors):
-            raise SnapshotError(f"snapshot names {list(tensors)} differ from the layout {list(buf.tensors)}")
-        for name, src in tensors.items():
-            dst = buf.tensors[name]
-            if src.shape != dst.shape or src.dtype != dst.dtype:
-                raise SnapshotError(f"snapshot tensor {name!r}: {tuple(src.shape)} {src.dtype} != layout {tuple(dst.shape)} {dst.dtype}")
-            dst.copy_(src.detach(), non_blocking=non_blocking)
-            if between is not None:
-                between(name)
-        if non_blocking and torch.cuda.is_available():
-            torch.cuda.current_stream().synchronize()
+        buf = self.copy(generation, tensors, between=between, copier=copier)
+        if copier is not None:
+            copier.synchronize(copier.end())
         self.commit(buf, generation)
         return buf
 
@@ -199,3 +265,89 @@ class PingPong:
     def nbytes(self) -> int:
         """Host bytes of both buffers."""
         return sum(b.nbytes() for b in self.buffers)
+
+
+class DeviceCopier:
+    """Copies the live state into host snapshot buffers, off the compute stream where there is one.
+
+    Parameters
+    ----------
+    device : torch.device or str
+        The device of the live state. ``cuda``: copies are enqueued, non-blocking, on a side
+        :class:`torch.cuda.Stream` into pinned host buffers (allocate the :class:`PingPong` with
+        ``pin_memory=copier.pin_memory``); ``cpu``: plain synchronous ``copy_``.
+    use_stream : bool
+        False: the synchronous CPU path even on CUDA (a test of the same calls with the stream off).
+
+    Notes
+    -----
+    The ordering that makes an asynchronous snapshot of generation ``t`` exact (PHOENIX: the copy
+    overlaps the next step's computation, ``../shared/notes/papers-phoenix.md``):
+
+    1. training thread, after optimizer step ``t``: ``ready = mark_ready()``, an event recorded on
+       the compute stream behind the optimizer's (and the parameter all-gather's) kernels;
+    2. snapshot thread: ``begin(ready)`` makes the side stream wait for it, ``copy`` enqueues the
+       device-to-host copies, ``copied = end()`` records an event on the side stream behind them;
+    3. training thread, before optimizer step ``t + 1`` (which overwrites parameters and moments in
+       place): ``wait(copied)`` makes the *compute stream* wait for ``copied``; the forward and
+       backward passes of ``t + 1`` (which only read the parameters) run concurrently with the copy,
+       the host thread is never blocked;
+    4. snapshot thread: ``synchronize(copied)`` before the checksum reads the host bytes.
+
+    Each source tensor is also ``record_stream``-ed on the side stream so the caching allocator
+    cannot reuse its memory before the copy has read it. On the CPU, ``mark_ready``/``end`` return
+    None and ``begin``/``wait``/``synchronize`` do nothing: the copy is synchronous in the snapshot
+    thread and the host-side wait of step 3 (the snapshot thread's ``copy_done`` event in
+    :class:`~lab.training.resilience.worker.Snapshotter`) is the only ordering needed.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu", use_stream: bool = True):
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise SnapshotError(f"DeviceCopier for {self.device}: CUDA is not available")
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and use_stream else None
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether host buffers should be page-locked (CUDA sources: required for asynchronous copies)."""
+        return self.device.type == "cuda"
+
+    def mark_ready(self):
+        """An event behind the work queued so far on the compute stream (None without a side stream)."""
+        if self.stream is None:
+            return None
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    def begin(self, ready) -> None:
+        """Order the side stream's next copies after ``ready`` (from :meth:`mark_ready`)."""
+        if self.stream is not None and ready is not None:
+            self.stream.wait_event(ready)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy ``src`` (device) into ``dst`` (host, same shape and dtype)."""
+        if self.stream is None or not src.is_cuda:  # host sources (meta, RNG): a plain copy
+            dst.copy_(src)
+            return
+        with torch.cuda.stream(self.stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self.stream)
+
+    def end(self):
+        """An event behind the copies enqueued since :meth:`begin` (None without a side stream)."""
+        if self.stream is None:
+            return None
+        ev = torch.cuda.Event()
+        ev.record(self.stream)
+        return ev
+
+    def wait(self, copied) -> None:
+        """Make the compute stream wait for ``copied`` (GPU-side; the host thread continues)."""
+        if copied is not None:
+            torch.cuda.current_stream(self.device).wait_event(copied)
+
+    def synchronize(self, copied) -> None:
+        """Block the calling (snapshot) thread until the copies behind ``copied`` are in host memory."""
+        if copied is not None:
+            copied.synchronize()

@@ -45,11 +45,11 @@ import torch
 import torch.distributed as dist
 
 from lab.training.resilience.config import FaultPlan, ResilienceConfig
-from lab.training.resilience.snapshot import PingPong, SnapshotError
+from lab.training.resilience.snapshot import DeviceCopier, PingPong, SnapshotError
 
 __all__ = ["Snapshotter", "TransientCollectiveError", "worker_main"]
 
-_STATE_NAMES = ("exp_avg", "exp_avg_sq", "meta", "rng")
+_SNAP_NAMES = ("state", "meta", "rng")
 
 
 class TransientCollectiveError(RuntimeError):
@@ -75,48 +75,67 @@ def _lr(cfg: ResilienceConfig, step: int) -> float:
 
 
 class Snapshotter:
-    """Background thread that writes per-step ping-pong snapshots and replicates the shard to the peer.
+    """Background thread that writes per-step ping-pong snapshots and replicates them to the peer.
 
     Parameters
     ----------
-    local_params : PingPong
-        Layout ``{"params": (P,) float32}``.
-    local_state, replica : PingPong
-        Layout ``{"exp_avg": (L,), "exp_avg_sq": (L,), "meta": (2,) int64, "rng": (R,) uint8}``; the
-        replica holds the predecessor rank's shard.
+    local, replica : PingPong
+        Layout ``{"state": (3L,) float32, "meta": (2,) int64, "rng": (R,) uint8}``: this rank's
+        parameter shard, ``exp_avg`` and ``exp_avg_sq`` shards back to back (one flat buffer, one
+        copy pass, one checksum, one message), ``[optimizer step, step]``, the RNG state. ``replica``
+        holds the predecessor rank's.
     rank, world_size : int
     group : ProcessGroup or None
-        The gloo group used for replication (None: no replication, world size 1).
+        The gloo group used for replication (None: no replication).
     fault : callable, optional
-        ``fault(generation, phase)`` called at ``"copy"`` (after the parameter copy, before the shard
-        copy) and ``"send"`` (before the replica transfer): fault injection.
+        ``fault(generation, phase)`` called at ``"copy"`` (after the first source's copy, before the
+        rest: mid-snapshot) and ``"send"`` (before the replica transfer): fault injection.
+    copier : DeviceCopier, optional
+        Device-to-host copies (a CUDA side stream); default: synchronous copies on the CPU.
+
+    Notes
+    -----
+    Per generation the thread (a) copies, then sets ``copy_done`` -- the only thing the training
+    thread ever waits for, and only right before its next optimizer step, which overwrites what was
+    copied; (b) computes the CRC-32 of the host buffer and commits it; (c) replicates buffer and CRC
+    to rank ``(rank + 1) % N`` and receives the predecessor's, committed with the sender's CRC without
+    a second pass (verified when read). ``cpu_s`` accumulates this thread's CPU time per part
+    (:func:`time.thread_time`: the cost it takes from the training processes when there is no idle
+    core), ``busy_s`` its wall time.
     """
 
-    def __init__(self, local_params: PingPong, local_state: PingPong, replica: PingPong, rank: int, world_size: int,
-                 group: Any, fault=None, non_blocking: bool = False):
-        self.local_params, self.local_state, self.replica = local_params, local_state, replica
+    def __init__(self, local: PingPong, replica: PingPong, rank: int, world_size: int, group: Any, fault=None,
+                 copier: DeviceCopier | None = None):
+        self.local, self.replica = local, replica
         self.rank, self.world_size, self.group, self.fault = rank, world_size, group, fault
-        self.non_blocking = non_blocking
+        self.copier = copier or DeviceCopier("cpu")
         self.q: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self.alive = True
         self.copy_done = threading.Event()
         self.copy_done.set()
+        self._copied = None
+        self._working = False
         self.busy_s = 0.0
+        self.cpu_s = {"copy": 0.0, "crc": 0.0, "replicate": 0.0}
+        self.generations = 0
         self.thread = threading.Thread(target=self._loop, name=f"snapshot-r{rank}", daemon=True)
         self.thread.start()
 
-    def submit(self, generation: int, params: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
-        """Queue generation ``generation`` (``params`` and ``state`` are the live tensors; ``state["rng"]``
-        and ``state["meta"]`` must be private copies)."""
+    def submit(self, generation: int, sources: dict[str, Any]) -> None:
+        """Queue generation ``generation``: ``sources`` maps the layout's names to the live tensors (or
+        sequences of them); small ones (``meta``, ``rng``) must be private copies. Called right after
+        the optimizer step (on CUDA the copies are ordered behind it by an event)."""
         self.raise_error()
         self.copy_done.clear()
-        self.q.put((generation, params, state))
+        self.q.put((generation, sources, self.copier.mark_ready()))
 
     def wait_copied(self) -> None:
-        """Block until the last submitted generation is in the local buffers (before the live state changes)."""
+        """Before the live state changes: block until the last submitted generation is copied (CPU), or
+        make the compute stream wait for its copy event (CUDA, after the copies are enqueued)."""
         self.copy_done.wait()
         self.raise_error()
+        self.copier.wait(self._copied)
 
     def raise_error(self) -> None:
         if self.error is not None:
@@ -125,7 +144,7 @@ class Snapshotter:
     def drain(self, timeout: float) -> None:
         """Wait (up to ``timeout`` s) until every queued generation is copied and replicated."""
         t_end = time.monotonic() + timeout
-        while (not self.q.empty() or getattr(self, "_working", False)) and time.monotonic() < t_end and self.error is None:
+        while (not self.q.empty() or self._working) and time.monotonic() < t_end and self.error is None:
             time.sleep(0.002)
         self.raise_error()
 
@@ -134,6 +153,15 @@ class Snapshotter:
         self.q.put(None)
         self.thread.join(timeout)
 
+    def _between(self, gen: int):
+        fired = []
+
+        def hook(name: str) -> None:
+            if not fired and self.fault is not None:
+                fired.append(name)
+                self.fault(gen, "copy")
+        return hook
+
     def _loop(self) -> None:
         while True:
             item = self.q.get()
@@ -141,43 +169,52 @@ class Snapshotter:
                 self.copy_done.set()
                 return
             self._working = True
-            gen, params, state = item
-            t0 = time.perf_counter()
+            gen, sources, ready = item
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                self.local_params.write(gen, {"params": params}, non_blocking=self.non_blocking)
-                if self.fault is not None:
-                    self.fault(gen, "copy")
-                buf = self.local_state.write(gen, state, non_blocking=self.non_blocking)
+                self.copier.begin(ready)
+                buf = self.local.copy(gen, sources, between=self._between(gen), copier=self.copier)
+                self._copied = self.copier.end()
                 self.copy_done.set()
+                c1 = time.thread_time()
+                self.copier.synchronize(self._copied)
+                self.local.commit(buf, gen)
+                c2 = time.thread_time()
                 if self.group is not None and self.world_size > 1:
                     if self.fault is not None:
                         self.fault(gen, "send")
                     self._replicate(gen, buf)
+                c3 = time.thread_time()
             except BaseException as exc:  # noqa: BLE001 - reported to the training thread
                 self.error = exc
                 self.copy_done.set()
                 self._working = False
                 return
+            self.cpu_s["copy"] += c1 - c0
+            self.cpu_s["crc"] += c2 - c1
+            self.cpu_s["replicate"] += c3 - c2
+            self.generations += 1
             self.busy_s += time.perf_counter() - t0
             self._working = False
 
     def _replicate(self, gen: int, buf) -> None:
+        """Send ``buf`` (generation ``gen``, with its CRC) to the successor and receive the predecessor's
+        same generation into the replica: every message posted at once, one wait."""
         nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
         header = torch.tensor([gen, buf.crc], dtype=torch.int64)
-        incoming = torch.zeros(2, dtype=torch.int64)
+        incoming = torch.full((2,), -1, dtype=torch.int64)
+        dst = self.replica.begin(gen)  # every rank snapshots the same generations
         reqs = [dist.isend(header, nxt, group=self.group, tag=1), dist.irecv(incoming, prv, group=self.group, tag=1)]
-        for r in reqs:
-            r.wait()
-        rgen, rcrc = int(incoming[0]), int(incoming[1])
-        dst = self.replica.begin(rgen)
-        reqs = []
-        for i, name in enumerate(_STATE_NAMES):
+        for i, name in enumerate(buf.tensors):
             reqs.append(dist.isend(buf.tensors[name], nxt, group=self.group, tag=10 + i))
             reqs.append(dist.irecv(dst.tensors[name], prv, group=self.group, tag=10 + i))
         for r in reqs:
             r.wait()
+        rgen, rcrc = int(incoming[0]), int(incoming[1])
+        if rgen != gen:
+            raise SnapshotError(f"rank {self.rank}: rank {prv} replicated generation {rgen} while {gen} was expected")
         if self.alive:
-            self.replica.commit(dst, rgen, rcrc)
+            self.replica.commit(dst, gen, rcrc, trust=True)
 
 
 class _Worker:
@@ -216,15 +253,17 @@ class _Worker:
             self.views.append((p, off, k))
             off += k
         self.init_flat = self.flat.clone()
-        self.exp_avg = torch.zeros(self.shard_len)
-        self.exp_avg_sq = torch.zeros(self.shard_len)
+        # the AdamW moments of this rank's shard: one flat tensor, exp_avg then exp_avg_sq
+        self.moments = torch.zeros(2 * self.shard_len)
+        self.exp_avg, self.exp_avg_sq = self.moments[:self.shard_len], self.moments[self.shard_len:]
         self.opt_step = 0
         self.rng_len = torch.get_rng_state().numel()
-        state_layout = {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
-                        "meta": torch.zeros(2, dtype=torch.int64), "rng": torch.zeros(self.rng_len, dtype=torch.uint8)}
-        self.local_params = PingPong({"params": self.flat})
-        self.local_state = PingPong(state_layout)
-        self.replica = PingPong(state_layout)
+        # a generation: [parameter shard | exp_avg | exp_avg_sq] in one flat buffer, plus meta and RNG
+        layout = {"state": torch.zeros(3 * self.shard_len), "meta": torch.zeros(2, dtype=torch.int64),
+                  "rng": torch.zeros(self.rng_len, dtype=torch.uint8)}
+        self.copier = DeviceCopier(self.flat.device)
+        self.local = PingPong(layout, pin_memory=self.copier.pin_memory)
+        self.replica = PingPong(layout, pin_memory=self.copier.pin_memory)
         self.rank: int | None = None
         self.step = 0
         self.fired: set[int] = set()
@@ -270,7 +309,7 @@ class _Worker:
             # flip bytes of the replica this rank holds (its predecessor's shard), both generations
             for b in self.replica.buffers:
                 if b.generation is not None:
-                    b.tensors["exp_avg"].view(torch.uint8)[:8].bitwise_not_()
+                    b.tensors["state"].view(torch.uint8)[:8].bitwise_not_()
 
     def _snapshot_fault(self, gen: int, phase: str) -> None:
         f = self._fault_due(gen, "snapshot_" + phase)
@@ -278,16 +317,24 @@ class _Worker:
             self._fire(f)
 
     # ------------------------------------------------------------------ state
-    def _state_tensors(self, step: int) -> dict[str, torch.Tensor]:
-        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq,
-                "meta": torch.tensor([self.opt_step, step], dtype=torch.int64), "rng": torch.get_rng_state().clone()}
+    def _shard(self) -> torch.Tensor:
+        return self.flat[self.rank * self.shard_len:(self.rank + 1) * self.shard_len]
 
-    def _load_state(self, state: dict[str, torch.Tensor]) -> int:
-        self.exp_avg.copy_(state["exp_avg"])
-        self.exp_avg_sq.copy_(state["exp_avg_sq"])
-        self.opt_step = int(state["meta"][0])
-        torch.set_rng_state(state["rng"].clone())
-        return int(state["meta"][1])
+    def _snapshot_sources(self, step: int) -> dict[str, Any]:
+        """What generation ``step`` holds: the live parameter shard and moments (copied by the snapshot
+        thread), private copies of the small meta and RNG tensors."""
+        return {"state": [self._shard(), self.moments], "meta": torch.tensor([self.opt_step, step], dtype=torch.int64),
+                "rng": torch.get_rng_state().clone()}
+
+    def _load_snapshot(self, snap: dict[str, torch.Tensor]) -> int:
+        """Load a generation's buffers (this rank's shard, moments, meta, RNG); returns its step. The rest
+        of the parameters comes from the other ranks' shards (the all-gather in :meth:`_restore`)."""
+        L = self.shard_len
+        self._shard().copy_(snap["state"][:L])
+        self.moments.copy_(snap["state"][L:])
+        self.opt_step = int(snap["meta"][0])
+        torch.set_rng_state(snap["rng"].clone())
+        return int(snap["meta"][1])
 
     def _disk_dir(self, step: int) -> Path:
         return Path(self.cfg.run_dir) / "checkpoints" / f"step_{step:08d}"
@@ -295,7 +342,8 @@ class _Worker:
     def _save_disk(self, step: int) -> None:
         d = self._disk_dir(step)
         d.mkdir(parents=True, exist_ok=True)
-        payload = {"params": self.flat.clone(), **{k: v.clone() for k, v in self._state_tensors(step).items()}}
+        payload = {"params": self.flat.clone(), "moments": self.moments.clone(),
+                   "meta": torch.tensor([self.opt_step, step], dtype=torch.int64), "rng": torch.get_rng_state().clone()}
         tmp = d / f"rank{self.rank}.pt.tmp"
         torch.save(payload, tmp)
         tmp.replace(d / f"rank{self.rank}.pt")
@@ -307,50 +355,47 @@ class _Worker:
         how, rank = plan["restore"], self.rank
         if how == "fresh":
             self.flat.copy_(self.init_flat)
-            self.exp_avg.zero_()
-            self.exp_avg_sq.zero_()
+            self.moments.zero_()
             self.opt_step = 0
             torch.manual_seed(self.cfg.seed * 1_000_003 + rank + 1)
             self.step = 0
-            self.local_params.invalidate()
-            self.local_state.invalidate()
+            self.local.invalidate()
             self.replica.invalidate()
         elif how == "disk":
             path = self._disk_dir(plan["generation"]) / f"rank{rank}.pt"
             ck = torch.load(path, weights_only=True)
             self.flat.copy_(ck["params"])
-            self.step = self._load_state({k: ck[k] for k in _STATE_NAMES})
-            self.local_params.invalidate()
-            self.local_state.invalidate()
+            self.moments.copy_(ck["moments"])
+            self.opt_step = int(ck["meta"][0])
+            torch.set_rng_state(ck["rng"].clone())
+            self.step = int(ck["meta"][1])
+            self.local.invalidate()
             self.replica.invalidate()
-        else:  # memory: generation g from the ping-pong buffers, the new rank's shard from its peer's replica
+        else:  # memory: generation g from the ping-pong buffers, a new rank's from its peer's replica
             g = plan["generation"]
-            for pp in (self.local_params, self.local_state, self.replica):
+            for pp in (self.local, self.replica):
                 pp.drop_after(g)
             new = set(plan["new_ranks"])
             if rank not in new:
-                self.flat.copy_(self.local_params.get(g).tensors["params"])
-                self.step = self._load_state(self.local_state.get(g).tensors)
-            if new:
-                dist.broadcast(self.flat, plan["src"])
-                for r in sorted(new):
-                    holder = (r + 1) % self.cfg.workers
-                    if rank == holder:
-                        buf = self.replica.get(g)
-                        dist.send(torch.tensor([g, buf.crc], dtype=torch.int64), r)
-                        for name in _STATE_NAMES:
-                            dist.send(buf.tensors[name], r)
-                    elif rank == r:
-                        head = torch.zeros(2, dtype=torch.int64)
-                        dist.recv(head, holder)
-                        dst = self.local_state.begin(int(head[0]))
-                        for name in _STATE_NAMES:
-                            dist.recv(dst.tensors[name], holder)
-                        self.local_state.commit(dst, int(head[0]), int(head[1]))  # verifies the CRC-32
-                        self.step = self._load_state(dst.tensors)
-                        pbuf = self.local_params.begin(g)
-                        pbuf.tensors["params"].copy_(self.flat)
-                        self.local_params.commit(pbuf, g)
+                self.step = self._load_snapshot(self.local.get(g).tensors)  # verifies the CRC-32
+            for r in sorted(new):
+                holder = (r + 1) % self.cfg.workers
+                if rank == holder:
+                    buf = self.replica.get(g)  # verifies the CRC-32 (the transfer recorded the sender's)
+                    dist.send(torch.tensor([g, buf.crc], dtype=torch.int64), r)
+                    for name in _SNAP_NAMES:
+                        dist.send(buf.tensors[name], r)
+                elif rank == r:
+                    head = torch.zeros(2, dtype=torch.int64)
+                    dist.recv(head, holder)
+                    dst = self.local.begin(int(head[0]))
+                    for name in _SNAP_NAMES:
+                        dist.recv(dst.tensors[name], holder)
+                    self.local.commit(dst, int(head[0]), int(head[1]))  # verifies the CRC-32
+                    self.step = self._load_snapshot(dst.tensors)
+            # every rank restored its own shard of generation g: the parameters are their concatenation
+            shard = self._shard().clone()
+            dist.all_gather(list(self.flat.split(self.shard_len)), shard)
             if self.step != g:
                 raise SnapshotError(f"rank {rank}: restored generation {g} but its step counter says {self.step}")
 
@@ -371,17 +416,20 @@ class _Worker:
             self._record_start(epoch, plan)
         lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
         shards = list(self.flat.split(self.shard_len))
-        snap = Snapshotter(self.local_params, self.local_state, self.replica, rank, n, snap_group, fault=self._snapshot_fault)
+        snap = Snapshotter(self.local, self.replica, rank, n, snap_group, fault=self._snapshot_fault, copier=self.copier)
         self.snap = snap
         b1, b2 = cfg.betas
-        step_times, protected, losses = {}, {}, {}
+        step_times, iter_times, protected, losses = {}, {}, {}, {}
+        t_prev = None
         try:
-            committed = set(self.local_params.committed()) & set(self.local_state.committed())
-            if cfg.protect != "off" and self.step not in committed:
-                snap.submit(self.step, self.flat, self._state_tensors(self.step))
+            if cfg.protect != "off" and self.step not in self.local.committed():
+                snap.submit(self.step, self._snapshot_sources(self.step))
             while self.step < cfg.steps:
                 step = self.step + 1
                 t0 = time.perf_counter()
+                if t_prev is not None:  # the whole loop iteration of the previous step, start to start
+                    iter_times[step - 1] = t0 - t_prev
+                t_prev = t0
                 x, y = self.sampler.batch(self.tokens, step, rank)
                 _, loss = self.model(x, y)
                 for p, _, _ in self.views:
@@ -396,7 +444,12 @@ class _Worker:
                         self._fire(f)
                     dist.all_reduce(bucket)
                 self.grad.div_(n)
-                snap.wait_copied()  # the previous generation must be in host memory before the state changes
+                # Ordering: the snapshot of generation step-1 was submitted right after the previous
+                # optimizer step and has been copying while this step's forward/backward/all-reduce ran
+                # (they only read the parameters); the optimizer step below overwrites the parameter
+                # shard and the moments in place, so it must not start before that copy is done (CPU:
+                # wait for the copy; CUDA: the compute stream waits on the copy's event).
+                snap.wait_copied()
                 # ZeRO-1 AdamW on this rank's shard (torch.optim.AdamW's update, written out)
                 lr = _lr(cfg, step)
                 self.opt_step += 1
@@ -411,7 +464,7 @@ class _Worker:
                 self.step = step
                 on = cfg.protected(step)
                 if on:
-                    snap.submit(step, self.flat, self._state_tensors(step))
+                    snap.submit(step, self._snapshot_sources(step))
                 step_s = time.perf_counter() - t0
                 loss_t = loss.detach().clone()
                 dist.all_reduce(loss_t)
@@ -430,13 +483,16 @@ class _Worker:
                     self._fire(f)
                 if cfg.step_delay_s:
                     time.sleep(cfg.step_delay_s)
+            if t_prev is not None:
+                iter_times[self.step] = time.perf_counter() - t_prev
             snap.drain(cfg.timeout_s)
             snap.stop()
             dist.barrier()
             from lab.training.run import param_sha256
 
             return {"sha": param_sha256(self.model), "step": self.step, "step_s": step_times, "protected": protected,
-                    "losses": losses, "snapshot_busy_s": snap.busy_s}
+                    "losses": losses, "snapshot_busy_s": snap.busy_s, "iter_s": iter_times,
+                    "snapshot_cpu_s": snap.cpu_s, "snapshot_generations": snap.generations}
         finally:
             snap.stop(0.5)
 
@@ -472,7 +528,7 @@ class _Worker:
                 replica[str(b.generation)] = "ok" if b.verify() else "corrupt"
         self._set(f"report/{epoch}/{self.worker_id}", {
             "rank": self.rank, "kind": kind, "error": text[:400], "step": self.step,
-            "local": sorted(set(self.local_params.committed()) & set(self.local_state.committed())),
+            "local": self.local.committed(),
             "replica": replica, "time": time.time()})
 
     def main(self) -> None:
