@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lab.provenance.errors import IrreversibleEffectError, LineageCycleError, MissingProvenanceError, RepairError
-from lab.provenance.repair import PAPER, DictMemoryStore, MemoryRecord, MemoryStore, PlannerRules, repair
+from lab.provenance.repair import PAPER, MemoryRecord, MemTXMemory, PlannerRules, repair
 from lab.provenance.repair.cases import make_case
 from lab.provenance.repair.envs import shop_env
 from lab.provenance.repair.evaluate import method_fn, run_failed, run_oracle, score_case
@@ -22,20 +22,6 @@ def _repair(case, rules=OURS):
     failed = run_failed(case)
     env, store = failed.env.copy(), failed.store.copy()
     return failed, env, store, repair(case.program, failed.trace, store, env, dict(case.faulty), rules)
-
-
-def test_store_protocol_and_resolution():
-    s = DictMemoryStore()
-    assert isinstance(s, MemoryStore)
-    s.write(MemoryRecord("a", "k/x", 1, 0))
-    s.write(MemoryRecord("b", "k/x", 2, 5))
-    assert s.resolve("k/x").id == "b" and s.get("a").status == "superseded"
-    s.write(MemoryRecord("c", "k/x", 3, 2))  # a replayed write at an older time does not win
-    assert s.resolve("k/x").id == "b" and s.get("c").status == "superseded"
-    s.set_status("b", "deleted", "misattributed")
-    assert s.get("b").value is None and s.resolve("k/x") is None
-    with pytest.raises(RepairError, match="status"):
-        s.set_status("a", "gone", "x")
 
 
 def test_graph_has_the_six_typed_edges():
@@ -124,13 +110,13 @@ def test_unknown_faulty_id_refused_and_store_unchanged():
     case = make_case("shop", "stale", 4, seed=1)
     failed = run_failed(case)
     env, store = failed.env.copy(), failed.store.copy()
-    before, db = store.snapshot(), env.state()
+    before, db = store.txn.dump(), env.state()
     with pytest.raises(RepairError, match="prior/nothing") as e:
         repair(case.program, failed.trace, store, env, {"prior/nothing": "stale"})
     assert e.value.step == "prior/nothing"
     with pytest.raises(RepairError, match="unknown failure type"):
         repair(case.program, failed.trace, store, env, {next(iter(case.faulty)): "cosmic"})
-    assert store.snapshot() == before and env.state() == db
+    assert store.txn.dump() == before and env.state() == db
 
 
 def test_read_without_recorded_source_names_the_step_and_leaves_store():
@@ -139,15 +125,15 @@ def test_read_without_recorded_source_names_the_step_and_leaves_store():
     trace = failed.trace.copy()
     trace.steps[2].reads.append("ghost/record")
     store = failed.store.copy()
-    before = store.snapshot()
+    before = store.txn.dump()
     with pytest.raises(MissingProvenanceError) as e:
         repair(case.program, trace, store, failed.env.copy(), dict(case.faulty))
     assert e.value.step == trace.steps[2].step and "ghost/record" in str(e.value)
-    assert store.snapshot() == before
+    assert store.txn.dump() == before
 
 
 def test_dependency_cycle_is_refused():
-    store = DictMemoryStore()
+    store = MemTXMemory()
     store.write(MemoryRecord("m1", "a/x", 1, 0, session="r", step="s1"))
     store.write(MemoryRecord("m2", "b/y", 2, 1, session="r", step="s2"))
     trace = Trace("r", "shop", [StepRecord("s1", "derive", 0, reads=["m2"], produces=["m1"]), StepRecord("s2", "derive", 1, reads=["m1"], produces=["m2"])])
@@ -159,7 +145,7 @@ def test_dependency_cycle_is_refused():
 def test_missing_key_in_a_run_names_step_and_key():
     prog = Program("r", "shop", (StepSpec("s0", "claim", inputs=("cust:x/card",), template="{0}"),))
     with pytest.raises(MissingProvenanceError, match="s0.*cust:x/card"):
-        run_program(prog, shop_env(0), DictMemoryStore())
+        run_program(prog, shop_env(0), MemTXMemory())
 
 
 def test_committed_benchmark_results_have_the_issue_keys():

@@ -7,7 +7,7 @@ import pytest
 from lab.provenance.repair import MEMORY_REPLAY, PlannerRules
 from lab.provenance.repair.evaluate import method_fn, run_oracle, score_case
 from lab.provenance.repair.runner import run_program
-from lab.provenance.repair.store import DictMemoryStore
+from lab.provenance.repair.store import MemTXMemory
 from lab.provenance.repair.taubench import _stress_env, load_trajectories, program_from_trajectory, stress_cases
 
 
@@ -21,7 +21,7 @@ def test_program_reproduces_the_recorded_run(trajectories):
     program, results, readers = program_from_trajectory(t, "tau-airline/task0/trial0")
     kinds = {s.kind for s in program.steps}
     assert {"fetch", "action", "claim", "answer"} <= kinds
-    trace = run_program(program, _stress_env(results), DictMemoryStore())
+    trace = run_program(program, _stress_env(results), MemTXMemory())
     recorded = [tc["function"]["name"] for m in t["traj"] for tc in (m.get("tool_calls") or []) if tc["function"]["name"] not in ("think", "calculate", "transfer_to_human_agents", "list_all_airports")]
     ran = [program.step(s.step).tool for s in trace.steps if s.kind in ("fetch", "action")]
     assert ran == recorded

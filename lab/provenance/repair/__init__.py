@@ -3,8 +3,8 @@
 Submodules
 ----------
 store
-    :class:`~lab.provenance.repair.store.MemoryStore` (the protocol repair needs of a memory store) and
-    :class:`~lab.provenance.repair.store.DictMemoryStore`.
+    :class:`~lab.provenance.repair.store.MemTXMemory`: the agent's memory on MemTX's store
+    (:mod:`lab.provenance.txn`, SQLite or PostgreSQL), and :class:`~lab.provenance.repair.store.MemoryRecord`.
 envs
     Deterministic, resettable tool environments: tau-bench airline, shop, support desk; compensations and
     irreversible effects.
@@ -26,11 +26,11 @@ evaluate
 from lab.provenance.repair.planner import MEMORY_REPLAY, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
 from lab.provenance.repair.replay import BASELINES, RepairResult, repair, run_baseline
 from lab.provenance.repair.runner import Program, Ref, StepSpec, Trace, run_program
-from lab.provenance.repair.store import DictMemoryStore, MemoryRecord, MemoryStore
+from lab.provenance.repair.store import AGENT_MEMORY, MemoryRecord, MemTXMemory
 
 __all__ = [
     "MEMORY_REPLAY", "PAPER", "Plan", "PlanEntry", "PlannerRules", "plan_repair",
     "BASELINES", "RepairResult", "repair", "run_baseline",
     "Program", "Ref", "StepSpec", "Trace", "run_program",
-    "DictMemoryStore", "MemoryRecord", "MemoryStore",
+    "AGENT_MEMORY", "MemoryRecord", "MemTXMemory",
 ]

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from lab.provenance.repair.envs import DOMAINS, ToolEnv, airline_env, shop_db, shop_env, support_db, support_env
 from lab.provenance.repair.runner import Program, Ref, StepSpec
-from lab.provenance.repair.store import DictMemoryStore, MemoryRecord
+from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
 __all__ = ["FAILURES", "GeneratorKnobs", "Case", "generate_cases", "make_case"]
 
@@ -62,15 +62,15 @@ class Case:
     failure: str
     program: Program
     env: ToolEnv
-    store: DictMemoryStore
+    store: MemTXMemory
     clean_env: ToolEnv
-    clean_store: DictMemoryStore
+    clean_store: MemTXMemory
     faulty: dict[str, str]
     meta: dict[str, Any] = field(default_factory=dict)
     inject: dict[str, Any] = field(default_factory=dict)
 
 
-def _prior(store: DictMemoryStore, key: str, value: Any, t: int, tag: str = "") -> str:
+def _prior(store: MemTXMemory, key: str, value: Any, t: int, tag: str = "") -> str:
     rid = f"prior/{key}{tag}"
     store.write(MemoryRecord(rid, key, value, t, 1.0, "prior"))
     return rid
@@ -208,19 +208,19 @@ def make_case(domain: str, failure: str, idx: int, seed: int = 0, knobs: Generat
     main_steps, prior_keys, info = reqs[main]
     program = Program(run, domain, tuple(steps), tuple(info["follow"]))
     clean_db, bad_db = copy.deepcopy(db), copy.deepcopy(db)
-    clean_store, bad_store = DictMemoryStore(), DictMemoryStore()
-    # prior-session memory: every request's cached customer keys (true values), plus unrelated records
+    clean_store, bad_store = MemTXMemory(), MemTXMemory()
+    # prior-session memory: every request's cached customer keys (true values), plus unrelated records; written
+    # once the fault is known (a stale / misattributed / derived fault is a prior record with the wrong value)
+    prior: list[tuple[str, Any, int]] = []
     t = -100
     for j, (_, pk, _) in enumerate(reqs):
         for key, value in pk:
-            for st in (clean_store, bad_store):
-                st.write(MemoryRecord(f"prior/{key}", key, value, t, 1.0, "prior"))
+            prior.append((key, value, t))
             t += 1
     for k in range(knobs.n_prior_unrelated):
         o = others[k % len(others)]
         key, value = f"note:{o}/preference{k}", rng.choice(["window seat", "no calls before 10", "email only", "express shipping", "weekend delivery"])
-        for st in (clean_store, bad_store):
-            st.write(MemoryRecord(f"prior/{key}", key, value, t, 1.0, "prior"))
+        prior.append((key, value, t))
         t += 1
     faulty: dict[str, str] = {}
     q = f"q{main}"
@@ -238,9 +238,12 @@ def make_case(domain: str, failure: str, idx: int, seed: int = 0, knobs: Generat
                ("shop", "stale"): "cust:{cust}/address", ("shop", "misattributed"): "cust:{cust}/card", ("shop", "derived"): "cust:{cust}/tier",
                ("support", "stale"): "cust:{cust}/agent", ("support", "misattributed"): "cust:{cust}/email", ("support", "derived"): "cust:{cust}/plan"}[(domain, failure)].format(**info)
         rid = f"prior/{key}"
-        bad_store._records[rid] = MemoryRecord(rid, key, wrong, bad_store.get(rid).time, 1.0, "prior")
         faulty[rid] = failure
         meta["key"] = key
+    bad_key = meta.get("key")
+    for key, value, t in prior:
+        clean_store.write(MemoryRecord(f"prior/{key}", key, value, t, 1.0, "prior"))
+        bad_store.write(MemoryRecord(f"prior/{key}", key, wrong if key == bad_key else value, t, 1.0, "prior"))
     return Case(run, domain, failure, program, make(bad_db), bad_store, make(clean_db), clean_store, faulty, meta)
 
 

@@ -91,7 +91,8 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
     failed = failed or run_failed(case)
     oracle = oracle or run_oracle(case)
     env, store = failed.env.copy(), failed.store.copy()
-    benign = [r for r in store.records() if r.status == "active" and r.id not in case.faulty and oracle.store.active().get(r.key) == r.value]
+    truth = oracle.store.active()
+    benign = [r for r in store.records() if r.status == "active" and r.id not in case.faulty and truth.get(r.key) == r.value]
     try:
         res = fn(case.program, failed.trace, store, env, dict(case.faulty))
         refused = ""
@@ -101,7 +102,7 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
     active = store.active()
     answer_ok = res.answer == oracle.trace.answer
     state_ok = env.outcome() == oracle.env.outcome()
-    memory_ok = active == oracle.store.active()
+    memory_ok = active == truth
     follow = followup(case.program, env, store)
     kept = 0
     for r in benign:

@@ -41,7 +41,7 @@ import networkx as nx
 
 from lab.provenance.errors import LineageCycleError, MissingProvenanceError
 from lab.provenance.repair.runner import Trace
-from lab.provenance.repair.store import MemoryStore
+from lab.provenance.repair.store import MemTXMemory
 
 __all__ = ["build_graph", "step_node", "leaves", "DEPENDENCY"]
 
@@ -80,7 +80,7 @@ def key_path(key: str) -> str:
     return key.split("/", 1)[1] if "/" in key else ""
 
 
-def build_graph(trace: Trace, store: MemoryStore) -> nx.MultiDiGraph:
+def build_graph(trace: Trace, store: MemTXMemory) -> nx.MultiDiGraph:
     """The typed memory-to-action graph of ``trace`` over ``store`` (module docstring).
 
     Returns

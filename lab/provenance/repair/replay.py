@@ -6,7 +6,9 @@ repaired memory, in trace order, at their original logical times (the answer is 
 side-effecting step first undoes its earlier effect through the environment's registered compensation; an
 effect with none (money paid out, an e-mail sent) is **not** replayed and is listed in
 ``RepairResult.irreversible`` (with the plan entry ``irreversible``), never hidden. Everything is done on the
-given store and environment inside a snapshot: when repair refuses (a typed error), both are restored.
+given store and environment: the store's changes are one MemTX database transaction
+(:meth:`~lab.provenance.repair.store.MemTXMemory.atomic`) and the environment is snapshotted, so when repair
+refuses (a typed error) both are as they were.
 
 (Dependency-guided rollback repair, arXiv 2608.10502, stage 5; its limitation on irreversible external effects.)
 """
@@ -22,7 +24,7 @@ from lab.provenance.repair.envs import ToolEnv
 from lab.provenance.repair.graph import build_graph, step_node
 from lab.provenance.repair.planner import FAULT_OPS, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
 from lab.provenance.repair.runner import Program, Trace, execute_step, run_program
-from lab.provenance.repair.store import MemoryStore
+from lab.provenance.repair.store import MemTXMemory
 
 __all__ = ["RepairResult", "repair", "BASELINES", "run_baseline", "apply_ops"]
 
@@ -36,7 +38,7 @@ class RepairResult:
 
     answer: Any
     trace: Trace
-    store: MemoryStore
+    store: MemTXMemory
     env: ToolEnv
     plan: Plan | None
     replayed: list[str] = field(default_factory=list)
@@ -44,7 +46,7 @@ class RepairResult:
     replay_steps: int = 0
 
 
-def apply_ops(store: MemoryStore, plan: Plan) -> None:
+def apply_ops(store: MemTXMemory, plan: Plan) -> None:
     """Apply the plan's memory ops (quarantine, delete, deactivate, reinstate) to ``store``."""
     for nid, e in plan.entries.items():
         if e.type != "memory":
@@ -55,12 +57,12 @@ def apply_ops(store: MemoryStore, plan: Plan) -> None:
             store.set_status(nid, "active", e.why)
 
 
-def _blocked(store: MemoryStore) -> set[tuple[str, str]]:
+def _blocked(store: MemTXMemory) -> set[tuple[str, str]]:
     """``(key, value)`` of the quarantined records: a replayed read that brings one back is not re-admitted."""
     return {(r.key, repr(r.value)) for r in store.records() if r.status == "quarantined"}
 
 
-def _readmit(store: MemoryStore, produced: list[str], blocked: set[tuple[str, str]]) -> None:
+def _readmit(store: MemTXMemory, produced: list[str], blocked: set[tuple[str, str]]) -> None:
     for p in produced:
         if p in store:
             r = store.get(p)
@@ -71,7 +73,7 @@ def _readmit(store: MemoryStore, produced: list[str], blocked: set[tuple[str, st
                     store.set_status(x.id, "active", f"reinstated: {p} was quarantined")
 
 
-def _confirm(trace: Trace, store: MemoryStore, plan: Plan, old: list, rec) -> None:
+def _confirm(trace: Trace, store: MemTXMemory, plan: Plan, old: list, rec) -> None:
     """A replayed product identical to what the step produced before: keep the old one (``preserve``)."""
     before = [p for s in old for p in s.produces]
     for p in rec.produces:
@@ -88,7 +90,7 @@ def _confirm(trace: Trace, store: MemoryStore, plan: Plan, old: list, rec) -> No
                     plan.entries[q] = PlanEntry(q, "claim", "preserve", "re-derived identical in replay")
 
 
-def _replay(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, steps: list[str], plan: Plan | None, result: RepairResult) -> None:
+def _replay(program: Program, trace: Trace, store: MemTXMemory, env: ToolEnv, steps: list[str], plan: Plan | None, result: RepairResult) -> None:
     blocked = _blocked(store)
     gen = 1 + max((s.generation for s in trace.steps), default=0)
     times = {s.step: s.time for s in trace.steps if s.generation == 0}
@@ -123,7 +125,7 @@ def _replay(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, st
         result.replay_steps += 1
 
 
-def repair(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, faulty: dict[str, str], rules: PlannerRules = PlannerRules()) -> RepairResult:
+def repair(program: Program, trace: Trace, store: MemTXMemory, env: ToolEnv, faulty: dict[str, str], rules: PlannerRules = PlannerRules()) -> RepairResult:
     """Dependency-guided rollback repair of a failed run.
 
     Parameters
@@ -132,7 +134,7 @@ def repair(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, fau
         The scripted policy that ran (its steps are what replay re-executes).
     trace : Trace
         The failed run's trace (not changed; the result holds a repaired copy).
-    store : MemoryStore
+    store : MemTXMemory
         The memory after the failed run; changed in place.
     env : ToolEnv
         The environment after the failed run; changed in place (effects compensated, replayed).
@@ -152,27 +154,27 @@ def repair(program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, fau
         recorded source; ``LineageCycleError``: a dependency cycle. The store and environment are then as
         they were.
     """
-    snap, env_db, env_journal = store.snapshot(), env.state(), list(env.journal)
+    env_db, env_journal = env.state(), list(env.journal)
     try:
-        g = build_graph(trace, store)
-        plan = plan_repair(program, trace, g, faulty, rules)
-        repaired = trace.copy()
-        result = RepairResult(None, repaired, store, env, plan)
-        apply_ops(store, plan)
-        if rules.replay == "all":
-            for r in store.records():
-                if r.session == trace.run and r.status in ("active", "superseded") and r.id not in plan.entries:
-                    store.set_status(r.id, "deactivated", "full replay")
-        _replay(program, repaired, store, env, plan.replay, plan, result)
-        result.answer = repaired.answer
-        return result
+        with store.atomic():  # one MemTX database transaction: a refusal rolls back every write and transition
+            g = build_graph(trace, store)
+            plan = plan_repair(program, trace, g, faulty, rules)
+            repaired = trace.copy()
+            result = RepairResult(None, repaired, store, env, plan)
+            apply_ops(store, plan)
+            if rules.replay == "all":
+                for r in store.records():
+                    if r.session == trace.run and r.status in ("active", "superseded") and r.id not in plan.entries:
+                        store.set_status(r.id, "deactivated", "full replay")
+            _replay(program, repaired, store, env, plan.replay, plan, result)
+            result.answer = repaired.answer
+            return result
     except Exception:
-        store.restore(snap)
         env.db, env.journal = env_db, env_journal
         raise
 
 
-def _faulty_ops(store: MemoryStore, faulty: dict[str, str]) -> None:
+def _faulty_ops(store: MemTXMemory, faulty: dict[str, str]) -> None:
     for fid, kind in faulty.items():
         store.set_status(fid, {"quarantine": "quarantined", "delete": "deleted", "deactivate": "deactivated"}[FAULT_OPS[kind]], f"diagnosed {kind}")
 
@@ -186,7 +188,7 @@ def _undo_all(trace: Trace, env: ToolEnv, result: RepairResult) -> None:
                 result.irreversible.append(e.id)
 
 
-def run_baseline(name: str, program: Program, trace: Trace, store: MemoryStore, env: ToolEnv, faulty: dict[str, str]) -> RepairResult:
+def run_baseline(name: str, program: Program, trace: Trace, store: MemTXMemory, env: ToolEnv, faulty: dict[str, str]) -> RepairResult:
     """One of :data:`BASELINES` on a failed run (same inputs and outputs as :func:`repair`).
 
     ``delete_source``: remove the faulty records only (answer, claims and effects left as they are).
@@ -237,7 +239,7 @@ def run_baseline(name: str, program: Program, trace: Trace, store: MemoryStore, 
     return result
 
 
-def _run_blocked(program: Program, env: ToolEnv, store: MemoryStore) -> Trace:
+def _run_blocked(program: Program, env: ToolEnv, store: MemTXMemory) -> Trace:
     blocked = _blocked(store)
     trace = Trace(program.run, program.domain)
     for t, spec in enumerate(program.steps):

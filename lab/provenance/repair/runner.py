@@ -15,7 +15,8 @@ A policy is a :class:`Program`, a list of :class:`StepSpec` (no language model r
             effect is journaled by the environment (and is replayed only through its compensation).
 ``answer``  the final answer (text from ``template``, ``inputs`` and the texts of ``claims``).
 
-Every key read resolves to the newest active record of the key in the :class:`~lab.provenance.repair.store.MemoryStore`
+Every key read resolves to the newest active record of the key in the :class:`~lab.provenance.repair.store.MemTXMemory`
+(MemTX's store)
 and is recorded as a *cite* of that record id; every record made is recorded as *produced* by the step; a
 memory write that replaces an active record of its key records the *supersede*. These ids are all the graph
 builder (:mod:`lab.provenance.repair.graph`) needs: edges come from trace ids, never inferred.
@@ -31,7 +32,7 @@ from typing import Any
 
 from lab.provenance.errors import MissingProvenanceError
 from lab.provenance.repair.envs import ToolEnv
-from lab.provenance.repair.store import MemoryRecord, MemoryStore
+from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
 __all__ = ["Ref", "StepSpec", "Program", "Record", "StepRecord", "Trace", "run_program", "execute_step", "extract", "followup", "KINDS"]
 
@@ -221,7 +222,7 @@ def _text(template: str, values: list[Any]) -> str:
     return template.format(*[v if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True) for v in values])
 
 
-def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace, *, time: int, generation: int = 0, context: dict[str, tuple[str, Any]] | None = None, keep_equal: bool = False, recorded: dict[str, Any] | None = None) -> StepRecord:
+def execute_step(spec: StepSpec, env: ToolEnv, store: MemTXMemory, trace: Trace, *, time: int, generation: int = 0, context: dict[str, tuple[str, Any]] | None = None, keep_equal: bool = False, recorded: dict[str, Any] | None = None, inject: dict[str, Any] | None = None) -> StepRecord:
     """Execute one step against ``env`` and ``store``, append its :class:`StepRecord` to ``trace``, return it.
 
     ``context`` (replay only): ``{key: (record id, value)}`` to use instead of resolving those keys (the
@@ -232,6 +233,8 @@ def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace,
     resolved arguments) is among them reuses that result instead of re-reading the live environment, which
     by then also holds the effects of later steps (a re-read of a reservation after its own bag update would
     count the bag twice).
+    ``inject`` (benchmark fault injection): ``{memory record id: value}``; such a record is written with that
+    value instead of what the tool returned (a corrupted memory write; the source record keeps the true result).
 
     Raises
     ------
@@ -282,9 +285,11 @@ def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace,
                 if keep_equal and old is not None and old.value == extract(result, path):
                     rec.reads.append(old.id)
                     continue
-                m = store.write(MemoryRecord(f"{trace.run}/{spec.id}/m{i}{sfx}", key, extract(result, path), time, tool.trust, trace.run, spec.id))
+                mid = f"{trace.run}/{spec.id}/m{i}{sfx}"
+                value = inject[mid] if inject and mid in inject else extract(result, path)
+                m = store.write(MemoryRecord(mid, key, value, time, tool.trust, trace.run, spec.id))
                 rec.produces.append(m.id)
-                if old is not None and m.status == "active":
+                if old is not None and m.status == "active" and store.get(old.id).status == "superseded":
                     rec.supersedes.append((m.id, old.id))
     elif spec.kind == "derive":
         val = _derive(spec.fn, [values[k] for k in spec.inputs], spec.template)
@@ -292,7 +297,7 @@ def execute_step(spec: StepSpec, env: ToolEnv, store: MemoryStore, trace: Trace,
         old = store.resolve(spec.key)
         m = store.write(MemoryRecord(f"{trace.run}/{spec.id}/m0{sfx}", spec.key, val, time, trust, trace.run, spec.id))
         rec.produces.append(m.id)
-        if old is not None and m.status == "active":
+        if old is not None and m.status == "active" and store.get(old.id).status == "superseded":
             rec.supersedes.append((m.id, old.id))
         rec.output = val
     elif spec.kind in ("claim", "answer"):
@@ -331,21 +336,18 @@ def _latest(trace: Trace, step_id: str) -> str | None:
     return None
 
 
-def run_program(program: Program, env: ToolEnv, store: MemoryStore, *, inject: dict[str, Any] | None = None) -> Trace:
+def run_program(program: Program, env: ToolEnv, store: MemTXMemory, *, inject: dict[str, Any] | None = None) -> Trace:
     """Run every step of ``program`` in order (times 0, 1, ...) and return the :class:`Trace`.
 
-    ``inject`` (benchmark fault injection): ``{record id: value}``; right after the step that writes such a
-    record, its value is overwritten (a corrupted memory write; ``store`` must have ``inject``)."""
+    ``inject`` (benchmark fault injection): ``{memory record id: value}``; the step that writes such a record
+    writes that value instead of what its tool returned (a corrupted memory write)."""
     trace = Trace(program.run, program.domain)
     for t, spec in enumerate(program.steps):
-        rec = execute_step(spec, env, store, trace, time=t)
-        for p in rec.produces:
-            if inject and p in inject:
-                store.inject(p, inject[p])
+        execute_step(spec, env, store, trace, time=t, inject=inject)
     return trace
 
 
-def followup(program: Program, env: ToolEnv, store: MemoryStore) -> Any:
+def followup(program: Program, env: ToolEnv, store: MemTXMemory) -> Any:
     """The answer of the follow-up query ``program.followup``, run on copies of ``env`` and ``store`` (a later
     session: its cached lookups reuse whatever memory is still active, so a fault left active re-occurs)."""
     if not program.followup:

@@ -1,39 +1,77 @@
-"""The memory state that repair reads and changes, behind a small protocol.
+"""The memory that repair reads and changes: MemTX's store (:mod:`lab.provenance.txn`) seen as an agent's
+key-value memory.
 
-:class:`MemoryStore` is the interface the runner, the planner and the replay use; :class:`DictMemoryStore` is a
-small in-process implementation of it. MemTX's transactional store (``lab.provenance.txn``, issue #19) is meant
-to plug in behind the same protocol (``write``, ``get``, ``records``, ``resolve``, ``set_status``,
-``snapshot``/``restore``); until it lands the runner uses this one.
+:class:`MemTXMemory` keeps every memory record in a :class:`~lab.provenance.txn.MemTXStore` (SQLite by
+default, PostgreSQL through a DSN): each write is a MemTX transaction through its validate-and-commit pipeline,
+each status change a lifecycle transition in the store's version table and audit log, and a repair runs inside
+one database transaction (:meth:`MemTXMemory.atomic`), so a refused repair leaves the store exactly as it was.
 
-A record's ``status`` is one of :data:`STATUSES`:
+A :class:`MemoryRecord` (what the runner, planner and replay see) is a MemTX ``belief``:
 
-``active``        readable; :meth:`MemoryStore.resolve` returns the newest active record of a key.
-``superseded``    replaced by a newer write of the same key (kept; the repair reinstates it when the record that
-                  superseded it is removed).
-``deactivated``   taken out of use by a repair (kept, with the reason; the paper's *deactivate*).
-``quarantined``   kept for audit only, never read (a poisoned record).
-``deleted``       its value erased (a misattributed record about someone else); id and reason remain.
+============== ==================================================================================================
+MemoryRecord   MemTX record
+============== ==================================================================================================
+``id``         ``id`` (kept through every status change: deactivate, delete and quarantine are transitions)
+``key``        ``entity`` (the part before the first ``/``) and ``attribute`` (the rest): the slot
+``value``      ``value``
+``time``       ``observed_at`` (the run's logical step clock; negative for what a prior session left)
+``trust``      ``evidence.authority`` (writer confidence 1.0: the agent stores what it read)
+``session``    ``permission.owner``
+``step``       ``evidence.source`` (the session's name for a prior session's record)
+============== ==================================================================================================
+
+A record's ``status`` (:data:`STATUSES`) is its MemTX lifecycle state:
+
+=============== ====================== ===============================================================================
+status          MemTX state            meaning
+=============== ====================== ===============================================================================
+``active``      ``committed``          readable; :meth:`MemTXMemory.resolve` returns the slot's record with the
+                                       latest ``time`` (several may hold the same value)
+``superseded``  ``superseded``         replaced by a newer write of another value (MemTX's own supersession);
+                                       reinstated (:meth:`~lab.provenance.txn.MemTXStore.reinstate`) when the
+                                       record that superseded it is removed
+``deactivated`` ``quarantined``        taken out of use by a repair, to be re-derived (MemTX: "rebuilt from
+                                       surviving sources"); reinstated when re-derived unchanged
+``quarantined`` ``revoked``            a poisoned record: never read again, content kept for audit
+``deleted``     ``revoked`` + erased   a misattributed record about someone else: the value erased
+                                       (:meth:`~lab.provenance.txn.MemTXStore.erase`); id, history and reason stay
+=============== ====================== ===============================================================================
+
+The agents' memory policy is "the newest observation of a slot wins", so the store runs MemTX's pipeline with
+semantic-conflict adjudication off (:data:`AGENT_MEMORY`; evidence, validity, permission and dependency checks
+stay on): with adjudication a forum post (authority 0.3) could never overwrite a catalogue price, and two reads
+of a reservation from different steps (equal authority, different sources) would conflict, so neither the
+benchmark's failures nor the recorded tau-bench runs could happen as they did.
 
 (Dependency-guided rollback repair, arXiv 2608.10502, section 3: the planner's deactivate / delete / quarantine /
-preserve.)
+preserve; MemTX, arXiv 2607.23929: the store, its lifecycle and audit log.)
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from lab.provenance.errors import RepairError, UnknownNodeError
+from lab.provenance.errors import LifecycleError, MemTXError, RepairError, UnknownNodeError
+from lab.provenance.txn import MEMTX, Features, MemTXStore, State, make_record
 
-__all__ = ["STATUSES", "MemoryRecord", "MemoryStore", "DictMemoryStore"]
+__all__ = ["STATUSES", "AGENT_MEMORY", "MemoryRecord", "MemTXMemory"]
 
 STATUSES = ("active", "superseded", "deactivated", "quarantined", "deleted")
+
+#: The MemTX features of an agent's memory: all on except semantic-conflict adjudication (module docstring).
+AGENT_MEMORY: Features = MEMTX.without("conflict")
+
+_REVOKED_AS = ("quarantined", "deleted")  # the reason prefix tells the two revoked statuses apart
 
 
 @dataclass(frozen=True)
 class MemoryRecord:
-    """One persistent memory record.
+    """One persistent memory record as repair sees it (module docstring for where each field lives in MemTX).
 
     Parameters
     ----------
@@ -73,102 +111,175 @@ class MemoryRecord:
         return self.key.rsplit("/", 1)[-1]
 
 
-@runtime_checkable
-class MemoryStore(Protocol):
-    """What repair needs of a memory store (MemTX's store is meant to provide the same)."""
-
-    def write(self, record: MemoryRecord) -> MemoryRecord: ...
-
-    def get(self, record_id: str) -> MemoryRecord: ...
-
-    def records(self) -> list[MemoryRecord]: ...
-
-    def resolve(self, key: str) -> MemoryRecord | None: ...
-
-    def set_status(self, record_id: str, status: str, reason: str) -> MemoryRecord: ...
-
-    def snapshot(self) -> Any: ...
-
-    def restore(self, snapshot: Any) -> None: ...
+def _slot(key: str) -> tuple[str, str]:
+    ent, _, attr = key.partition("/")
+    return ent, attr
 
 
-@dataclass
-class DictMemoryStore:
-    """An in-process :class:`MemoryStore` (records in insertion order).
+_ROWS = ("SELECT r.body, h.state, v.reason FROM records r JOIN heads h ON h.id = r.id JOIN versions v ON v.id = h.id AND v.n = h.n")
 
-    A write of a key that has an active record supersedes it (``status="superseded"``); :meth:`resolve` returns
-    the newest active record of a key. :meth:`snapshot` / :meth:`restore` make a repair all-or-nothing.
+
+class MemTXMemory:
+    """An agent's memory on a :class:`~lab.provenance.txn.MemTXStore` (module docstring).
+
+    Parameters
+    ----------
+    where : str or Path
+        Where a new store lives: an SQLite file, ``":memory:"`` (default) or a PostgreSQL DSN.
+    store : MemTXStore, optional
+        An existing store to use instead (its features should be :data:`AGENT_MEMORY`).
 
     Raises
     ------
-    UnknownNodeError
-        :meth:`get` / :meth:`set_status` of an id the store does not hold (the message names it).
-    ValueError
-        A duplicate id, or a status outside :data:`STATUSES`.
+    BackendUnavailableError
+        The database cannot be opened or reached.
     """
 
-    _records: dict[str, MemoryRecord] = field(default_factory=dict)
+    def __init__(self, where: str | Path = ":memory:", *, store: MemTXStore | None = None):
+        self.txn = store if store is not None else MemTXStore(where, features=AGENT_MEMORY)
 
-    def write(self, record: MemoryRecord) -> MemoryRecord:
-        if record.id in self._records:
-            raise RepairError(f"memory record {record.id!r} exists already", step=record.id)
-        if record.status == "active":
-            old = self.resolve(record.key)
-            if old is not None and old.time > record.time:  # a replayed write at its original time, older than the current one
-                record = replace(record, status="superseded", reason=f"superseded by {old.id}")
-            elif old is not None:
-                self._records[old.id] = replace(old, status="superseded", reason=f"superseded by {record.id}")
-        self._records[record.id] = record
-        return record
+    # -- reading
+
+    def _view(self, body: str, state: str, reason: str) -> MemoryRecord:
+        d = json.loads(body)
+        st = State(state)
+        if st in (State.COMMITTED, State.ACTION_SAFE):
+            status = "active"
+        elif st == State.SUPERSEDED:
+            status = "superseded"
+        elif st == State.QUARANTINED:
+            status, reason = "deactivated", reason.removeprefix("deactivated: ")
+        elif st == State.REVOKED:
+            status = next((s for s in _REVOKED_AS if reason.startswith(s + ": ")), "quarantined")
+            reason = reason.removeprefix(status + ": ")
+        else:  # raw, tentative, validated: not (yet) believed
+            status = "deactivated"
+        ev, owner = d["evidence"], d["permission"]["owner"]
+        key = d["entity"] + ("/" + d["attribute"] if d["attribute"] else "")
+        return MemoryRecord(d["id"], key, d["value"], d.get("observed_at") or 0, ev["authority"], owner, None if ev["source"] == owner else ev["source"], status, reason)
+
+    def _rows(self, where: str = "", params: tuple = ()) -> list[MemoryRecord]:
+        with self.txn.db.read():
+            rows = self.txn.db.q(f"{_ROWS} {where} ORDER BY r.ord", params)
+        return [self._view(*r) for r in rows]
 
     def get(self, record_id: str) -> MemoryRecord:
-        try:
-            return self._records[record_id]
-        except KeyError:
-            raise UnknownNodeError(f"no memory record {record_id!r}") from None
+        """The record ``record_id``. Raises :class:`UnknownNodeError` naming it."""
+        rows = self._rows("WHERE r.id = ?", (record_id,))
+        if not rows:
+            raise UnknownNodeError(f"no memory record {record_id!r}")
+        return rows[0]
 
     def __contains__(self, record_id: str) -> bool:
-        return record_id in self._records
+        with self.txn.db.read():
+            return bool(self.txn.db.q("SELECT 1 FROM records WHERE id = ?", (record_id,)))
 
     def records(self) -> list[MemoryRecord]:
-        return list(self._records.values())
+        """Every record, in the order they were written."""
+        return self._rows()
 
-    def resolve(self, key: str) -> MemoryRecord | None:
+    @staticmethod
+    def _newest(records: list[MemoryRecord]) -> MemoryRecord | None:
         best = None
-        for r in self._records.values():
-            if r.key == key and r.status == "active" and (best is None or r.time >= best.time):
+        for r in records:  # in write order: of equal times the later write wins
+            if r.status == "active" and (best is None or r.time >= best.time):
                 best = r
         return best
 
-    def set_status(self, record_id: str, status: str, reason: str) -> MemoryRecord:
-        if status not in STATUSES:
-            raise RepairError(f"status {status!r} is not one of {STATUSES}", step=record_id)
-        r = replace(self.get(record_id), status=status, reason=reason)
-        if status == "deleted":
-            r = replace(r, value=None)
-        self._records[record_id] = r
-        return r
+    def resolve(self, key: str) -> MemoryRecord | None:
+        """The active record of ``key`` with the latest ``time`` (``None`` when the key has none)."""
+        return self._newest(self._rows("WHERE r.entity = ? AND r.attribute = ? AND h.state IN ('committed', 'action_safe')", _slot(key)))
 
     def active(self) -> dict[str, Any]:
         """``{key: value}`` of every key's resolved record (the state a reader sees)."""
-        out: dict[str, Any] = {}
-        for r in self._records.values():
-            if r.status == "active":
-                cur = self.resolve(r.key)
-                out[r.key] = cur.value
-        return out
+        by_key: dict[str, list[MemoryRecord]] = {}
+        for r in self._rows("WHERE h.state IN ('committed', 'action_safe')"):
+            by_key.setdefault(r.key, []).append(r)
+        return {k: self._newest(rs).value for k, rs in by_key.items()}
 
-    def inject(self, record_id: str, value: Any) -> MemoryRecord:
-        """Overwrite a record's value in place (benchmark fault injection only: a corrupted memory write)."""
-        r = replace(self.get(record_id), value=value)
-        self._records[record_id] = r
-        return r
+    # -- writing
 
-    def snapshot(self) -> dict[str, MemoryRecord]:
-        return dict(self._records)
+    def write(self, record: MemoryRecord) -> MemoryRecord:
+        """Write ``record`` (status ``active``) as one MemTX transaction: staged, run through the pipeline,
+        committed; a committed record of another value in its slot is superseded. A replayed write at its
+        original time that is older than the slot's current record is itself superseded by that record.
 
-    def restore(self, snapshot: dict[str, MemoryRecord]) -> None:
-        self._records = dict(snapshot)
+        Returns
+        -------
+        MemoryRecord
+            As stored (its status).
 
-    def copy(self) -> DictMemoryStore:
-        return DictMemoryStore(copy.copy(self._records))
+        Raises
+        ------
+        RepairError
+            A record with this id exists already, a status other than ``active``, or the pipeline refused the
+            write (the reasons named); nothing is written then.
+        """
+        if record.status != "active":
+            raise RepairError(f"memory record {record.id!r}: a write is active, not {record.status!r}", step=record.id)
+        if record.id in self:
+            raise RepairError(f"memory record {record.id!r} exists already", step=record.id)
+        ent, attr = _slot(record.key)
+        try:
+            rec = make_record(id=record.id, type="belief", entity=ent, attribute=attr, value=record.value,
+                              evidence={"source": record.step or record.session, "authority": record.trust, "confidence": 1.0},
+                              permission={"owner": record.session, "scope": "shared"}, observed_at=record.time)
+        except MemTXError as e:
+            raise RepairError(f"memory record {record.id!r}: {e}", step=record.id) from None
+        with self.txn.atomic():
+            old = self.resolve(record.key)
+            tx = self.txn.begin(record.session)
+            tx.stage(rec)
+            res = tx.commit()
+            if not res.committed:
+                raise RepairError(f"MemTX refused the write of memory record {record.id!r}: {', '.join(res.reasons)}", step=record.id)
+            if old is not None and old.time > record.time:
+                if old.status == "active" and self.txn.state(old.id) == State.SUPERSEDED:
+                    self.txn.reinstate(old.id, reason=f"newer than the replayed write {record.id}")
+                self.txn.transition(record.id, State.SUPERSEDED, reason=f"superseded by {old.id}")
+        return self.get(record.id)
+
+    def set_status(self, record_id: str, status: str, reason: str) -> MemoryRecord:
+        """Move a record to ``status`` (one of :data:`STATUSES`; module docstring for the MemTX transition each
+        takes) with ``reason``; the id stays. Returns the record as stored.
+
+        Raises
+        ------
+        RepairError
+            A status outside :data:`STATUSES`, or a move MemTX's lifecycle does not allow (out of a revoked
+            record: a quarantined or deleted one stays so), naming the record.
+        UnknownNodeError
+            No such record.
+        """
+        if status not in STATUSES:
+            raise RepairError(f"status {status!r} is not one of {STATUSES}", step=record_id)
+        cur = self.get(record_id)
+        try:
+            with self.txn.atomic():
+                if status == "active":
+                    self.txn.reinstate(record_id, reason=reason)
+                elif status == "deleted":
+                    self.txn.erase(record_id, reason=f"deleted: {reason}")
+                elif cur.status != status:
+                    new = {"superseded": State.SUPERSEDED, "deactivated": State.QUARANTINED, "quarantined": State.REVOKED}[status]
+                    self.txn.transition(record_id, new, reason=f"{status}: {reason}" if status != "superseded" else reason)
+        except LifecycleError as e:
+            raise RepairError(f"memory record {record_id!r} cannot go from {cur.status} to {status}: {e}", step=record_id) from None
+        return self.get(record_id)
+
+    # -- whole store
+
+    @contextmanager
+    def atomic(self) -> Iterator[MemTXMemory]:
+        """One MemTX database transaction spanning the block (:meth:`lab.provenance.txn.MemTXStore.atomic`): an
+        exception rolls back every write and status change made inside it."""
+        with self.txn.atomic():
+            yield self
+
+    def copy(self) -> MemTXMemory:
+        """A copy of the whole store (records, lifecycle history, audit log) in a fresh in-memory SQLite database
+        (:meth:`lab.provenance.txn.MemTXStore.clone`): a what-if run on it leaves this one alone."""
+        return MemTXMemory(store=self.txn.clone())
+
+    def close(self) -> None:
+        self.txn.close()

@@ -40,7 +40,7 @@ from lab.provenance.repair.cases import Case
 from lab.provenance.repair.envs import Tool, ToolEnv
 from lab.provenance.repair.graph import leaves
 from lab.provenance.repair.runner import Program, Ref, StepSpec
-from lab.provenance.repair.store import DictMemoryStore, MemoryRecord
+from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
 __all__ = ["program_from_trajectory", "stress_cases", "load_trajectories"]
 
@@ -259,7 +259,7 @@ def _make(t: dict, i: int, failure: str, rng: random.Random, src: dict) -> Case 
         return None
     writers = {k: s for s in program.steps if s.kind == "fetch" for k, _ in s.writes}
     env = _stress_env(results)
-    clean_store, bad_store = DictMemoryStore(), DictMemoryStore()
+    clean_store, bad_store = MemTXMemory(), MemTXMemory()
     inject: dict[str, Any] = {}
     faulty: dict[str, str] = {}
     meta: dict[str, Any] = {"trajectory": i}

@@ -50,9 +50,33 @@ class RetryableConflict(Exception):
 
 class Backend:
     """What the store needs from a database: ``write()`` (one atomic, serialised read-write transaction),
-    ``read()`` (a consistent read-only one) and ``q(sql, params)`` inside them."""
+    ``read()`` (a consistent read-only one) and ``q(sql, params)`` inside them; ``savepoint()``: a write
+    transaction when none is open, else a nested SQL ``SAVEPOINT`` whose changes an exception inside it rolls back
+    (the enclosing transaction goes on)."""
 
     name = "abstract"
+    _depth = 0
+    _sp = 0
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        if not self._depth:
+            with self.write():
+                yield
+            return
+        self._sp += 1
+        name = f"lab_sp{self._sp}"
+        self.x(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            self.x(f"ROLLBACK TO SAVEPOINT {name}")
+            self.x(f"RELEASE SAVEPOINT {name}")
+            raise
+        self._depth -= 1
+        self.x(f"RELEASE SAVEPOINT {name}")
 
     def q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:  # pragma: no cover - interface
         raise NotImplementedError

@@ -68,7 +68,9 @@ class State(str, Enum):
 
 #: The only transitions the store performs (anything else raises :class:`~lab.provenance.errors.LifecycleError`).
 #: Choices where the paper lists states but not edges: a quarantined record may be re-staged (``tentative``,
-#: after review or rebuild from surviving sources) or revoked; a superseded one may only be revoked.
+#: after review or rebuild from surviving sources) or revoked; a superseded one may be revoked, quarantined (found
+#: faulty after it was replaced) or reinstated to ``committed`` when the record that superseded it is removed
+#: (:meth:`~lab.provenance.txn.MemTXStore.reinstate`, rollback repair, arXiv 2608.10502).
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.RAW: frozenset({State.TENTATIVE, State.QUARANTINED, State.REVOKED}),
     State.TENTATIVE: frozenset({State.VALIDATED, State.QUARANTINED, State.REVOKED}),
@@ -76,7 +78,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.COMMITTED: frozenset({State.ACTION_SAFE, State.SUPERSEDED, State.QUARANTINED, State.REVOKED}),
     State.ACTION_SAFE: frozenset({State.SUPERSEDED, State.QUARANTINED, State.REVOKED}),
     State.QUARANTINED: frozenset({State.TENTATIVE, State.REVOKED}),
-    State.SUPERSEDED: frozenset({State.REVOKED}),
+    State.SUPERSEDED: frozenset({State.REVOKED, State.QUARANTINED, State.COMMITTED}),
     State.REVOKED: frozenset(),
 }
 #: States a record may be created in: ``raw`` (an observation), ``tentative`` (staged in a transaction), and
@@ -218,6 +220,9 @@ class Record(BaseModel):
         :data:`INFINITY`).
     tool : str, optional
         For a ``tool_action``: the registered tool it records.
+    observed_at : int, optional
+        The writer's own logical time of the observation (e.g. an agent's step clock; may be negative for what a
+        prior session left). MemTX does not interpret it; rollback repair orders a slot's records by it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -233,6 +238,7 @@ class Record(BaseModel):
     valid_from: int = Field(0, ge=0)
     valid_to: int = INFINITY
     tool: str | None = None
+    observed_at: int | None = None
 
     @field_validator("value")
     @classmethod

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from lab.provenance.errors import (
     UnknownRecordError,
     UnknownToolError,
 )
-from lab.provenance.txn.backends import Backend, open_backend, retrying
+from lab.provenance.txn.backends import SCHEMA, Backend, open_backend, retrying
 from lab.provenance.txn.records import (
     QUARANTINE_ON_CASCADE,
     TIER_ISOLATION,
@@ -55,6 +56,9 @@ __all__ = [
     "MemTXStore",
     "Transaction",
 ]
+
+#: The store's tables (:data:`~lab.provenance.txn.backends.SCHEMA`), in creation order.
+TABLES = tuple(stmt.split()[5] for stmt in SCHEMA if stmt.startswith("CREATE TABLE"))
 
 EVIDENCE_MIN_CONFIDENCE = 0.6  # the paper's evidence threshold (writer confidence)
 EVIDENCE_AUTHORITY_OVERRIDE = 0.9  # ... unless the source's authority is at least this
@@ -445,6 +449,116 @@ class MemTXStore:
                 self._write_audit(seq, audit)
 
         retrying(go)
+
+    def reinstate(self, rid: str, *, reason: str) -> State:
+        """Return a ``superseded`` or ``quarantined`` record to ``committed`` (rollback repair: the record that
+        superseded it was removed, or a record taken out of use was re-derived unchanged).
+
+        A superseded record moves ``superseded -> committed``; a quarantined one takes the listed path
+        ``tentative -> validated -> committed``. A committed or action-safe record is left as it is. The caller
+        takes a rival out of the slot first (no adjudication runs here). Returns the state it had.
+
+        Raises
+        ------
+        UnknownRecordError
+        LifecycleError
+            The record is revoked (terminal), or one of its transitive ``derived_from`` ancestors is revoked or
+            pending revocation (G3: no committed record with a revoked ancestor); the message names it.
+        """
+        from lab.provenance.errors import LifecycleError
+
+        def go():
+            with self.db.write():
+                head = self.db.q("SELECT state FROM heads WHERE id = ?", (rid,))
+                if not head:
+                    raise UnknownRecordError(f"no record {rid!r}", record=rid)
+                old = State(head[0][0])
+                if old in (State.COMMITTED, State.ACTION_SAFE):
+                    return old
+                if old not in (State.SUPERSEDED, State.QUARANTINED):
+                    raise LifecycleError(f"cannot reinstate a {old.value} record", record=rid, field="state")
+                parents = _record(self.db.q("SELECT body FROM records WHERE id = ?", (rid,))[0][0]).derived_from
+                for a in sorted(self._ancestors(parents)) if parents else ():
+                    st = self.db.q("SELECT state FROM heads WHERE id = ?", (a,))
+                    if (st and st[0][0] == State.REVOKED.value) or self.db.q("SELECT 1 FROM pending WHERE id = ?", (a,)):
+                        raise LifecycleError(f"cannot reinstate: ancestor {a!r} is revoked or pending revocation", record=rid, field="derived_from")
+                seq = self._tick()
+                audit: list = []
+                for new in ([State.COMMITTED] if old == State.SUPERSEDED else [State.TENTATIVE, State.VALIDATED, State.COMMITTED]):
+                    self._set_state(rid, new, reason, seq, None, audit)
+                audit.append(("reinstate", rid, {"old": old.value, "reason": reason}))
+                self._write_audit(seq, audit)
+                return old
+
+        return retrying(go)
+
+    def erase(self, rid: str, *, reason: str) -> None:
+        """Revoke ``rid`` (if it is not already) and erase its value (the stored content keeps its id, type,
+        slot, evidence and permission; ``value`` becomes ``None``): a record about someone else is deleted, its
+        id, history and the reason stay for audit. No cascade runs (:meth:`retract` for that).
+
+        Raises
+        ------
+        UnknownRecordError
+        LifecycleError
+            Only through :data:`~lab.provenance.txn.records.TRANSITIONS` (every non-terminal state may be revoked).
+        """
+
+        def go():
+            with self.db.write():
+                rows = self.db.q("SELECT r.body, h.state FROM records r JOIN heads h ON h.id = r.id WHERE r.id = ?", (rid,))
+                if not rows:
+                    raise UnknownRecordError(f"no record {rid!r}", record=rid)
+                seq = self._tick()
+                audit: list = []
+                if State(rows[0][1]) != State.REVOKED:
+                    self._set_state(rid, State.REVOKED, reason, seq, None, audit)
+                body = _record(rows[0][0]).model_copy(update={"value": None})
+                self.db.x("UPDATE records SET body = ? WHERE id = ?", (_body(body), rid))
+                audit.append(("erase", rid, {"reason": reason}))
+                self._write_audit(seq, audit)
+
+        retrying(go)
+
+    @contextmanager
+    def atomic(self) -> Iterator["MemTXStore"]:
+        """One database transaction spanning the block: every store call inside it commits with the block or not
+        at all. An exception leaving the block rolls back all it wrote (records, transitions, audit entries, the
+        clock) and propagates; nested blocks are SQL savepoints (an inner failure undoes only the inner block).
+        Other connections see nothing of the block until it ends (rollback repair runs in one, so a refused
+        repair leaves the store unchanged).
+
+        Raises
+        ------
+        RetryableConflict
+            The outermost block could not start (another writer holds the database): retry the block.
+        """
+        with self.db.savepoint():
+            yield self
+
+    def dump(self) -> dict[str, list[tuple]]:
+        """Every row of every table (``{table: rows}``, rows sorted): the whole store, for comparison
+        (``before == after``) or :meth:`clone`."""
+        with self.db.read():
+            return {t: sorted((tuple(r) for r in self.db.q(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
+
+    def clone(self, where: str | Path | Backend = ":memory:") -> "MemTXStore":
+        """A copy of the whole store (records, versions, audit log, clock, effects; the registered tools) in a
+        fresh database at ``where`` (default: an SQLite database in memory), whichever backend this one is on.
+
+        Raises
+        ------
+        BackendUnavailableError
+        """
+        rows = self.dump()
+        other = MemTXStore(where, features=self.features)
+        other.tools = dict(self.tools)
+        with other.db.write():
+            for t in TABLES:
+                other.db.x(f"DELETE FROM {t}")
+                for r in rows[t]:
+                    other.db.x(f"INSERT INTO {t} VALUES ({', '.join('?' * len(r))})", r)
+        return other
 
     def request_revocation(self, rid: str) -> None:
         """Mark ``rid`` as pending revocation: from now on no record deriving from it commits
