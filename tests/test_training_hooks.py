@@ -277,7 +277,7 @@ def test_fp32_hook_and_bucket_layout():
 
 
 def test_registry_errors():
-    assert set(HOOKS) == {"fp32", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4"}
+    assert set(HOOKS) == {"fp32", "bf16", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4"}
     with pytest.raises(HookError, match="unknown hook"):
         get_hook("powersgd")
     with pytest.raises(GiftError, match="model"):

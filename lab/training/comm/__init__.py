@@ -13,11 +13,11 @@ gift
     are refreshed, shared by the hook and ``benchmarks.comm``), :class:`GiftConfig` (the hook's settings).
 hooks
     :mod:`lab.training.comm.hooks`: DDP hooks ``(state, bucket) -> Future`` and :func:`get_hook` for
-    ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``, with per-rank
+    ``"fp32"``, ``"bf16"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``, with per-rank
     byte and error accounting (:class:`StepRecord`).
 """
 
-from lab.training.comm.codecs import CODECS, Codec, Float32Codec, FP8Codec, NVFP4Codec, get_codec
+from lab.training.comm.codecs import CODECS, BF16Codec, Codec, Float32Codec, FP8Codec, NVFP4Codec, get_codec
 from lab.training.comm.gift import (
     CovarianceEMA,
     CovarianceTracker,
@@ -41,7 +41,7 @@ from lab.training.comm.hooks import (
 )
 
 __all__ = [
-    "CODECS", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
+    "CODECS", "BF16Codec", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
     "CovarianceEMA", "CovarianceTracker", "GiftConfig", "KroneckerWhitening", "LayerSelector", "RefreshSchedule",
     "Whitening",
     "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "GiftHookState", "StepRecord",

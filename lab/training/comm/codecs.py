@@ -9,6 +9,8 @@ Formats
 -------
 ``Float32Codec`` (``"fp32"``)
     The identity baseline: the IEEE float32 bytes, 4 bytes per element.
+``BF16Codec`` (``"bf16"``)
+    bfloat16 bytes (round to nearest even), 2 bytes per element, no scale.
 ``FP8Codec(fmt, block_size)`` (``"fp8_e4m3"``, ``"fp8_e5m2"``, ``"fp8_e4m3_b128"``, ...)
     OCP 8-bit floating point (OCP "OFP8 Formats for Deep Learning" spec v1.0, 2023): E4M3 (max 448,
     no infinities; ``torch.float8_e4m3fn``) and E5M2 (max 57344; ``torch.float8_e5m2``). One FP32
@@ -81,7 +83,7 @@ _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _NONFINITE = ("raise", "propagate")
 
 #: Names :func:`get_codec` knows for certain (any ``fp8_<fmt>_b<N>`` block size works too).
-CODECS = ("fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_b32", "fp8_e5m2_b32", "fp8_e4m3_b128", "fp8_e5m2_b128", "nvfp4")
+CODECS = ("fp32", "bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_b32", "fp8_e5m2_b32", "fp8_e4m3_b128", "fp8_e5m2_b128", "nvfp4")
 
 
 @dataclass(frozen=True)
@@ -439,6 +441,30 @@ class NVFP4Codec(Codec):
         return values.view(-1)[:numel]
 
 
+@dataclass(frozen=True)
+class BF16Codec(Codec):
+    """bfloat16 (8 exponent, 7 mantissa bits; round to nearest even by ``Tensor.to``): ``2 * numel`` bytes,
+    no scale (bfloat16 has float32's range). Relative error per element at most ``2^-8``; the same
+    bytes as two FP8 payloads, far lower error: the honest comparison for GIFT-FP8's side bytes."""
+
+    @property
+    def name(self) -> str:
+        return "bf16"
+
+    def nbytes(self, numel: int) -> int:
+        return 2 * _check_numel(numel)
+
+    def _encode(self, flat: Tensor, name: str | None) -> Tensor:
+        if flat.numel() and self.nonfinite == "raise":
+            mn, mx = torch.aminmax(flat)
+            self._check_finite(_abs_max(mn, mx), flat, name)
+        return flat.to(torch.bfloat16).view(torch.uint8).clone()
+
+    def _decode(self, payload: Tensor, numel: int) -> Tensor:
+        raw = payload.clone() if payload.storage_offset() % 2 else payload
+        return raw.view(torch.bfloat16).to(torch.float32)
+
+
 _FP8_NAME = re.compile(r"fp8_(e4m3|e5m2)(?:_b([1-9][0-9]*))?")
 
 
@@ -462,6 +488,8 @@ def get_codec(name: str, *, nonfinite: str = "raise") -> Codec:
         return Float32Codec(nonfinite=nonfinite)
     if name == "nvfp4":
         return NVFP4Codec(nonfinite=nonfinite)
+    if name == "bf16":
+        return BF16Codec(nonfinite=nonfinite)
     match = _FP8_NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
         raise CodecError(f"unknown codec {name!r}; known: {', '.join(CODECS)} (or fp8_<e4m3|e5m2>_b<block size>)")

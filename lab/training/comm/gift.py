@@ -125,6 +125,10 @@ __all__ = [
     "LayerSelector",
     "RefreshSchedule",
     "Whitening",
+    "BudgetCandidate",
+    "budget_selection",
+    "factor_floats",
+    "side_bytes_per_refresh",
     "euclidean_roundtrip",
     "gift_roundtrip",
     "relative_error",
@@ -215,9 +219,23 @@ class Whitening:
         GiftError
             ``cov`` not square 2-D or not finite; bad ``rank``, ``damping`` or ``residual``.
         """
+        return cls.from_covariance_ranks(cov, (rank,), damping, residual)[rank]
+
+    @classmethod
+    def from_covariance_ranks(cls, cov: Tensor, ranks: Iterable[int], damping: float = 1e-3,
+                              residual: str = "scalar") -> dict[int, Whitening]:
+        """:meth:`from_covariance` for several ranks from one eigendecomposition (same results bit for bit).
+
+        Raises
+        ------
+        GiftError
+            As :meth:`from_covariance`.
+        """
+        ranks = tuple(ranks)
         if not isinstance(cov, Tensor) or cov.dim() != 2 or cov.shape[0] != cov.shape[1] or cov.shape[0] == 0:
             raise GiftError(f"covariance must be a square (d, d) tensor with d >= 1, got {getattr(cov, 'shape', type(cov))}")
-        _check_rank(rank)
+        for r in ranks:
+            _check_rank(r)
         if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping >= 0):
             raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
         if residual not in RESIDUALS:
@@ -229,22 +247,26 @@ class Whitening:
         a = 0.5 * (a + a.T)
         mean_diag = float(a.diagonal().mean())
         if mean_diag <= 0.0:
-            return cls.identity(d, device=cov.device)
+            return {r: cls.identity(d, device=cov.device) for r in ranks}
         delta = damping * mean_diag
         a = a + delta * torch.eye(d, dtype=torch.float64, device=a.device)
-        lam, vec = torch.linalg.eigh(a)
-        lam, vec = lam.flip(0), vec.flip(1)
-        floor = max(delta, 1e-12 * float(lam[0].clamp_min(0)), 1e-300)
-        lam = lam.clamp_min(floor)
-        k = min(rank, d)
-        if residual == "diag" and k < d:
-            low = (vec[:, :k] * lam[:k]) @ vec[:, :k].T
-            diag = (a.diagonal() - low.diagonal()).clamp_min(floor)
-            lam, vec = torch.linalg.eigh(low + torch.diag(diag))
-            lam, vec = lam.flip(0).clamp_min(floor), vec.flip(1)
-            k = d
-        c = float(lam[k:].mean()) if k < d else 1.0
-        return cls(vec[:, :k], lam[:k], c)
+        lam0, vec0 = torch.linalg.eigh(a)
+        lam0, vec0 = lam0.flip(0), vec0.flip(1)
+        floor = max(delta, 1e-12 * float(lam0[0].clamp_min(0)), 1e-300)
+        lam0 = lam0.clamp_min(floor)
+        out = {}
+        for rank in ranks:
+            lam, vec = lam0, vec0
+            k = min(rank, d)
+            if residual == "diag" and k < d:
+                low = (vec[:, :k] * lam[:k]) @ vec[:, :k].T
+                diag = (a.diagonal() - low.diagonal()).clamp_min(floor)
+                lam, vec = torch.linalg.eigh(low + torch.diag(diag))
+                lam, vec = lam.flip(0).clamp_min(floor), vec.flip(1)
+                k = d
+            c = float(lam[k:].mean()) if k < d else 1.0
+            out[rank] = cls(vec[:, :k], lam[:k], c)
+        return out
 
     @classmethod
     def from_flat(cls, flat: Tensor, dim: int, k: int) -> Whitening:
@@ -878,6 +900,136 @@ class CovarianceEMA:
     def mark(self, name: str, step: int) -> None:
         """Record a refresh of ``name`` at ``step`` without a covariance (its factors came from elsewhere)."""
         self.last[name] = step
+
+
+# -- side bytes and the byte-budgeted layer selection ------------------------------------------------
+
+
+def factor_floats(dim: int, n_eigenpairs: int) -> int:
+    """float32 values of one factor as the hook broadcasts it (:meth:`Whitening.to_flat`): ``d k + k + 1``
+    with ``k = min(n_eigenpairs, d)`` (``d`` the factor's size: ``in + 1`` for a Linear whitened with its
+    bias, ``out`` for its output side, ``d_model`` for an embedding).
+
+    Raises
+    ------
+    GiftError
+        ``dim`` or ``n_eigenpairs`` not an int ``>= 1``.
+    """
+    for name, v in (("dim", dim), ("n_eigenpairs", n_eigenpairs)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise GiftError(f"{name} must be an int >= 1, got {v!r}")
+    k = min(n_eigenpairs, dim)
+    return dim * k + k + 1
+
+
+def side_bytes_per_refresh(factor_dims: Iterable[int], n_eigenpairs: int, statistics: str = "rank0",
+                           broadcast_factors: bool = True) -> int:
+    """Bytes one rank adds to the side collectives at a refresh step, exactly as
+    :class:`~lab.training.comm.hooks.GiftHookState` accounts them (``StepRecord.extra_bytes``).
+
+    Per factor of size ``d``: ``statistics="all_reduce"`` all-reduces the upper triangle and the row count,
+    ``4 (d (d + 1) / 2 + 1)``, then (``broadcast_factors``) broadcasts rank 0's factors,
+    ``4 (d k + k + 1)``; ``statistics="rank0"`` sends a 4-byte header (the factor's rank) and the factors.
+    A layer selection step adds ``8 * 6`` bytes per candidate (the window all-reduce), not counted here.
+
+    Parameters
+    ----------
+    factor_dims : Iterable[int]
+        The size of every factor refreshed at that step (a selected Linear has two with ``output_side``).
+    n_eigenpairs : int
+        Eigenpairs kept per factor.
+    statistics : {"rank0", "all_reduce"}
+    broadcast_factors : bool
+
+    Raises
+    ------
+    GiftError
+        Bad sizes or an unknown ``statistics``.
+    """
+    if statistics not in ("rank0", "all_reduce"):
+        raise GiftError(f"statistics must be 'rank0' or 'all_reduce', got {statistics!r}")
+    total = 0
+    for d in factor_dims:
+        flat = factor_floats(d, n_eigenpairs)
+        if statistics == "rank0":
+            total += 4 * (1 + flat)
+        else:
+            total += 4 * (d * (d + 1) // 2 + 1) + (4 * flat if broadcast_factors else 0)
+    return total
+
+
+class BudgetCandidate(BaseModel):
+    """One candidate layer for :func:`budget_selection`, as measured on a profiling run.
+
+    Attributes
+    ----------
+    name : str
+    error_sq : float
+        Mean squared Euclidean codec error of the layer's gradient (absolute, ``||Q(G) - G||^2``): its share
+        of the whole model's error.
+    gain : float
+        Mean Euclidean relative error over mean GIFT relative error (``> 1``: GIFT is better).
+    bytes_per_step : float
+        Side bytes the layer's factors add per step over the run (bytes per refresh times refreshes per step).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    error_sq: float
+    gain: float
+    bytes_per_step: float
+
+
+def budget_selection(candidates: Sequence[BudgetCandidate], budget_bytes_per_step: float,
+                     min_gain: float = 2.0) -> tuple[str, ...]:
+    """The layers GIFT whitens under a side-byte budget (a fixed set chosen before training, like the
+    paper's set S, Fig. 3, but scored by what whitening buys instead of by saturation).
+
+    Whitening layer ``l`` lowers the model's squared codec error by ``error_sq (1 - 1 / gain^2)`` and costs
+    ``bytes_per_step``. Layers with ``gain < min_gain`` are never taken (the selected layers' error must
+    stay ``min_gain`` x below Euclidean); the others are taken greedily by reduction per byte, each one
+    that still fits the budget (a layer that does not fit is skipped, later cheaper ones may still fit).
+
+    Parameters
+    ----------
+    candidates : Sequence[BudgetCandidate]
+        In the model's order (the result keeps it).
+    budget_bytes_per_step : float
+        ``>= 0``; side bytes per step the selection may add.
+    min_gain : float
+        ``>= 1``.
+
+    Returns
+    -------
+    tuple of str
+        Selected names, in candidate order (may be empty).
+
+    Raises
+    ------
+    GiftError
+        A negative or non-finite budget, ``min_gain < 1``, or duplicate names.
+    """
+    if not (isinstance(budget_bytes_per_step, (int, float)) and math.isfinite(budget_bytes_per_step)
+            and budget_bytes_per_step >= 0):
+        raise GiftError(f"budget_bytes_per_step must be a finite number >= 0, got {budget_bytes_per_step!r}")
+    if not (isinstance(min_gain, (int, float)) and math.isfinite(min_gain) and min_gain >= 1):
+        raise GiftError(f"min_gain must be a finite number >= 1, got {min_gain!r}")
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise GiftError(f"budget_selection: duplicate candidate names in {names}")
+
+    def value(c: BudgetCandidate) -> float:
+        reduction = c.error_sq * (1.0 - 1.0 / (c.gain * c.gain))
+        return reduction / c.bytes_per_step if c.bytes_per_step > 0 else math.inf
+
+    order = sorted((c for c in candidates if c.gain >= min_gain and c.error_sq > 0), key=value, reverse=True)
+    chosen, spent = set(), 0.0
+    for c in order:
+        if spent + c.bytes_per_step <= budget_bytes_per_step:
+            chosen.add(c.name)
+            spent += c.bytes_per_step
+    return tuple(n for n in names if n in chosen)
 
 
 # -- the hook's configuration ----------------------------------------------------------------------

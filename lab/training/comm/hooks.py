@@ -110,7 +110,7 @@ __all__ = [
 ]
 
 #: Names :func:`get_hook` knows.
-HOOKS = ("fp32", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4")
+HOOKS = ("fp32", "bf16", "fp8", "fp8_ef", "nvfp4", "gift_fp8", "gift_nvfp4")
 
 
 # -- accounting ------------------------------------------------------------------------------------
@@ -1311,7 +1311,7 @@ def get_hook(name: str, **kw) -> tuple[CommHookState, Callable]:
     Parameters
     ----------
     name : str
-        One of :data:`HOOKS`: ``"fp32"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``.
+        One of :data:`HOOKS`: ``"fp32"``, ``"bf16"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``.
     **kw
         ``fmt`` (``"e4m3"`` default, ``"e5m2"``) and ``block_size`` for the FP8 hooks; ``error_feedback``
         for ``"nvfp4"``; ``model`` (required) and the other :class:`GiftHookState` parameters for GIFT;
@@ -1331,6 +1331,8 @@ def get_hook(name: str, **kw) -> tuple[CommHookState, Callable]:
             return CodecHookState(codec, error_feedback=(name == "fp8_ef"), **kw), codec_hook
         if name == "nvfp4":
             return CodecHookState("nvfp4", **kw), codec_hook
+        if name == "bf16":
+            return CodecHookState("bf16", **kw), codec_hook
         if name in ("gift_fp8", "gift_nvfp4"):
             if "model" not in kw:
                 raise GiftError(f"{name} needs model=... (the module whose nn.Linear layers GIFT whitens)")
