@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -183,27 +184,30 @@ def test_splits_are_disjoint_and_cover_the_digits(digits):
     assert set().union(*sets) == set(range(digits.shape[0])) == set(range(1797))
 
 
-SMALL = {"recoupled_admm": {"grid_power": [0.5, 1.0], "record": ["none", "scalars"]}, "flower": {"num_samples": [1, 2]}}
+SMALL = {"recoupled_admm": {"grid_power": tuning.Axis((0.5, 1.0), "linear", 0.25, 0.2, 2.0),
+                            "record": tuning.Axis(("none",), "choice", options=("none", "scalars"))},
+         "flower": {"num_samples": tuning.Axis((1, 2), "int", 2.0, 1)}}
 
 
 def test_tuning_never_reads_test_images_and_is_deterministic(digits):
     poisoned = digits.clone()
     test = tuning.split_indices("test")
     poisoned[test.start: test.stop] = float("nan")  # any read of a test image would make a score NaN
-    kw = dict(methods=list(SMALL), tasks=["sr2", "inpaint_box"], nfes=[10], grids=SMALL, seed=3, n_val=16)
+    kw = dict(methods=list(SMALL), tasks=["sr2", "inpaint_box"], nfes=[10], spaces=SMALL, budget=4, seed=3, n_val=16)
     rec = tuning.tune("gaussian-digits", images=poisoned, **kw)
     for task in kw["tasks"]:
-        for m, grid in SMALL.items():
-            sc = rec["scores"][task][m]["10"]
-            assert all(v is not None and math.isfinite(v) for v in sc), (task, m, sc)
-            points = tuning.grid_points(grid)
+        for m in SMALL:
+            srch = rec["search"][task][m]["10"]
+            # every point ran to a finite score, except those that cannot split the NFE (Flower's num_samples)
+            assert all(v is not None and math.isfinite(v) or 10 % p.get("num_samples", 1) for p, v in srch["trials"]), srch
+            scores = [-math.inf if v is None else v for _, v in srch["trials"]]
             chosen = rec["tuned"][task][m]["10"]
-            assert chosen in points
-            assert sc[points.index(chosen)] == max(sc)
-            # ties keep the first grid point: "record" does not change the output
-            if m == "recoupled_admm":
-                assert chosen["record"] == "none"
-    assert rec["split"]["validation_used"] == [1500, 1516] and rec["seed"] == 3
+            assert [p for p, _ in srch["trials"]].index(chosen) == scores.index(max(scores))  # the earliest best
+            assert srch["evaluations"] == sum(v > -math.inf for v in scores) <= 4 and srch["budget"] == 4
+        # the variant's 4 evaluations are all spent; "record" does not change the output, so the tie keeps "none"
+        assert rec["search"][task]["recoupled_admm"]["10"]["evaluations"] == 4
+        assert rec["tuned"][task]["recoupled_admm"]["10"]["record"] == "none"
+    assert rec["split"]["validation_used"] == [1500, 1516] and rec["seed"] == 3 and rec["budget"] == 4
     assert tuning.tune("gaussian-digits", images=poisoned, **kw) == rec  # same inputs, same choice
     # the check can fail: poisoning the validation images is seen
     bad = digits.clone()
@@ -212,21 +216,70 @@ def test_tuning_never_reads_test_images_and_is_deterministic(digits):
         tuning.tune("gaussian-digits", images=bad, **kw)
 
 
-def test_committed_tuned_file_records_split_grid_seed_and_command():
+def test_budgeted_search_extends_an_edge_and_spends_the_same_budget():
+    """One rule for every method: the starting grid, then the edge is extended while the best lies on it,
+    then refinement; the budget is the same whatever the space; points that cannot run are not counted."""
+    calls = []
+
+    def f(p):  # peak at lr = 8 (beyond the starting grid's edge 2), a choice worth 1 dB
+        calls.append(dict(p))
+        return -abs(math.log2(p["lr"]) - 3) + (1.0 if p["mode"] == "b" else 0.0)
+
+    space = {"lr": tuning.Axis((1.0, 2.0), "log", 2.0, 0.01, 100.0), "mode": tuning.Axis(("a",), "choice", options=("a", "b"))}
+    res = tuning.budgeted_search(f, space, budget=6)
+    assert res["evaluations"] == len(calls) == 6 and res["budget"] == 6
+    assert [p["lr"] for p in calls[:4]] == [1.0, 2.0, 4.0, 8.0]  # extended twice from the edge
+    assert res["best"] == {"lr": 8.0, "mode": "b"} and res["edge_extensions"] >= 2
+    # a bound stops the extension; the search then switches and refines instead of leaving its space
+    bounded = {"lr": tuning.Axis((1.0, 2.0), "log", 2.0, 0.01, 4.0), "mode": space["mode"]}
+    res = tuning.budgeted_search(f, bounded, budget=6)
+    assert all(p["lr"] <= 4.0 for p, _ in res["trials"]) and res["best"]["lr"] == 4.0 and not res["best_on_edge"]
+    # a budget too small to leave the edge is reported
+    res = tuning.budgeted_search(f, space, budget=3)
+    assert res["best"]["lr"] == 4.0 and res["best_on_edge"] is True
+    # infeasible points are recorded, not counted; a small space stops early
+    odd = tuning.budgeted_search(lambda p: None if p["n"] % 2 else float(p["n"]),
+                                 {"n": tuning.Axis((2, 3), "int", 2.0, 1, 8)}, budget=8)
+    assert odd["evaluations"] == sum(v is not None for _, v in odd["trials"]) < 8
+    assert odd["best"] == {"n": 8}
+    with pytest.raises(GenerativeError, match="exceeds the budget"):
+        tuning.budgeted_search(f, {"lr": tuning.Axis((1.0, 2.0, 3.0)), "mode": tuning.Axis(("a", "b"), "choice",
+                                                                                          options=("a", "b"))}, budget=4)
+
+
+def test_every_method_gets_the_same_budget_and_a_starting_grid_within_it():
+    from lab.generative.restore import METHODS
+
+    tuned_methods = {m for m, cls in METHODS.items() if dataclasses.fields(cls.Config) and m != "bayes"}
+    assert tuned_methods <= set(tuning.SPACES) | {"rebridge"}, tuned_methods - set(tuning.SPACES)
+    for m, space in tuning.SPACES.items():
+        assert len(tuning.grid_points({n: list(a.initial) for n, a in space.items()})) <= 6, m
+        names = {f.name for f in dataclasses.fields(METHODS[m].Config)}
+        assert set(space) <= names, (m, set(space) - names)  # each method's own hyper-parameters
+
+
+def test_committed_tuned_file_records_split_budget_seed_and_command():
     data = json.loads(tuning.TUNED_PATH.read_text())
-    rec = data["kinds"]["gaussian-digits"]
-    assert rec["split"]["train"] == [0, 1500] and rec["split"]["validation"] == [1500, 1600] and rec["split"]["test"] == [1600, 1797]
-    assert rec["split"]["validation_used"] == [1500, 1600]
-    assert "--prior gaussian-digits" in rec["command"] and isinstance(rec["seed"], int)
-    assert rec["grids"] == tuning.GRIDS
-    for task in tuning.TASKS:
-        for m, grid in tuning.GRIDS.items():
-            for nfe in tuning.NFES:
-                chosen = rec["tuned"][task][m][str(nfe)]
-                sc = rec["scores"][task][m][str(nfe)]
-                points = tuning.grid_points(grid)
-                assert chosen in points, (task, m, nfe)
-                assert sc[points.index(chosen)] == max(v for v in sc if v is not None), (task, m, nfe)
+    for kind in ("gaussian-digits", "gaussian-samples", "empirical-digits"):
+        rec = data["kinds"][kind]
+        assert f"--prior {kind}" in rec["command"] and isinstance(rec["seed"], int), kind
+        assert rec["budget"] == tuning.BUDGET and set(rec["spaces"]) == set(tuning.SPACES)
+        if kind != "gaussian-samples":
+            assert rec["split"]["train"] == [0, 1500] and rec["split"]["validation"] == [1500, 1600]
+            assert rec["split"]["test"] == [1600, 1797] and rec["split"]["validation_used"] == [1500, 1600]
+        else:
+            assert rec["split"]["validation_used"] == {"n": 100, "seed": tuning.SAMPLE_SEEDS["validation"]}
+        for task in tuning.TASKS:
+            for m in tuning.SPACES:
+                for nfe in tuning.NFES:
+                    chosen = rec["tuned"][task][m][str(nfe)]
+                    srch = rec["search"][task][m][str(nfe)]
+                    ran = [(p, v) for p, v in srch["trials"] if v is not None]
+                    assert srch["evaluations"] == len(ran) <= tuning.BUDGET, (kind, task, m, nfe)
+                    assert max(v for _, v in ran) == dict((json.dumps(p, sort_keys=True), v) for p, v in ran)[
+                        json.dumps(chosen, sort_keys=True)], (kind, task, m, nfe)
+                    if m != "flower":  # Flower's num_samples must divide the NFE: its space can be smaller
+                        assert srch["evaluations"] == tuning.BUDGET, (kind, task, m, nfe)
 
 
 def test_restore_uses_tuned_values_on_request(gauss):
@@ -297,16 +350,16 @@ def test_learned_kind_is_tuned_on_its_val_split_only(monkeypatch):
         return real_load(name, split)
 
     monkeypatch.setattr(datasets, "load", spy)
-    grid = {"flower": {"num_samples": [1, 2]}}
-    rec = tuning.tune("learned-mnist", tasks=["sr2"], nfes=[4], grids=grid, n_val=3, seed=0)
+    space = {"flower": {"num_samples": tuning.Axis((1, 2), "int", 2.0, 1)}}
+    rec = tuning.tune("learned-mnist", tasks=["sr2"], nfes=[4], spaces=space, budget=2, n_val=3, seed=0)
     assert reads == [("mnist", "val")]
     assert rec["tasks"] == ["sr4"] and rec["n_images"] == 3
     n = rec["split"]["val_size"]
     assert rec["split"]["validation_used"] == [0, round((n - 1) / 2), n - 1]
-    sc = rec["scores"]["sr4"]["flower"]["4"]
-    assert len(sc) == 2 and all(math.isfinite(v) for v in sc)
+    trials = rec["search"]["sr4"]["flower"]["4"]["trials"]
+    assert len(trials) == 2 and all(math.isfinite(v) for _, v in trials)
     chosen = rec["tuned"]["sr4"]["flower"]["4"]
-    assert sc[tuning.grid_points(grid["flower"]).index(chosen)] == max(sc)
+    assert dict((p["num_samples"], v) for p, v in trials)[chosen["num_samples"]] == max(v for _, v in trials)
 
 
 def test_committed_learned_kinds_are_tuned_on_validation_and_used():
@@ -315,15 +368,17 @@ def test_committed_learned_kinds_are_tuned_on_validation_and_used():
     kinds = json.loads(tuning.TUNED_PATH.read_text())["kinds"]
     for kind, name in tuning.LEARNED_KINDS.items():
         rec = kinds[kind]
-        assert rec["grids"] == tuning.LEARNED_GRIDS and rec["nfes"] == [20]
+        assert rec["budget"] == tuning.BUDGET and rec["nfes"] == [20]
         assert rec["split"]["dataset"] == f"lab.generative.datasets.load({name!r}, 'val')"
         assert len(rec["split"]["validation_used"]) == rec["n_images"] == tuning.LEARNED_N_VAL
         assert f"--prior {kind}" in rec["command"]
         for task in ("denoise", "deblur", "sr4", "inpaint_random", "inpaint_box"):
-            for m, grid in tuning.LEARNED_GRIDS.items():
-                chosen, sc = rec["tuned"][task][m]["20"], rec["scores"][task][m]["20"]
-                points = tuning.grid_points(grid)
-                assert sc[points.index(chosen)] == max(v for v in sc if v is not None), (kind, task, m)
+            for m in tuning.SPACES:
+                chosen, srch = rec["tuned"][task][m]["20"], rec["search"][task][m]["20"]
+                ran = [(p, v) for p, v in srch["trials"] if v is not None]
+                assert srch["evaluations"] == len(ran) <= tuning.BUDGET, (kind, task, m)
+                assert dict((json.dumps(p, sort_keys=True), v) for p, v in ran)[json.dumps(chosen, sort_keys=True)] == \
+                    max(v for _, v in ran), (kind, task, m)
     prior = load_learned_prior("mnist")
     assert prior.tuning_key == "learned-mnist"
     op = get_operator("inpaint_box", (1, 28, 28))

@@ -1,11 +1,16 @@
-"""Validation tuning of the restoration methods' hyper-parameters (never on test images).
+"""Validation tuning of the restoration methods' hyper-parameters (never on test images), at equal budgets.
 
-For each prior kind, task, method and NFE, every point of a small grid over the hyper-parameters
-the method's paper exposes is run on the **validation split** and the point with the highest mean
-PSNR (per-image PSNR on [0, 1], clipped, :func:`lab.generative.metrics.psnr`) is kept. Ties keep the
-first point in grid order, so the choice is deterministic. The result, with the split, the grids,
-the seed and the command, is written to ``lab/generative/restore/tuned.json``;
-``restore(..., hyper="tuned")`` reads it (:func:`tuned_hyper`).
+For each prior kind, task, method and NFE, the method's own hyper-parameters (``SPACES``, named as
+in its paper/code) are searched on the **validation split** by one rule for every method
+(:func:`budgeted_search`): the same number of validation evaluations (``BUDGET`` = 8), a starting
+grid of at most 6 points, then one point at a time -- first extending any axis whose best value lies
+on the edge of what was tried, then switching a choice, then refining around the best value. The
+point with the highest mean PSNR (per-image PSNR on [0, 1], clipped, :func:`lab.generative.metrics.psnr`)
+is kept; ties keep the earliest point, so the choice is deterministic. The result, with every trial,
+the evaluations spent (``tuning_budget`` in the benchmark), the split, the spaces, the seed and the
+command, is written to ``lab/generative/restore/tuned.json``; ``restore(..., hyper="tuned")`` reads it
+(:func:`tuned_hyper`). A method whose space is smaller than the budget (Flower's ``num_samples`` must
+divide the NFE) spends fewer evaluations; the file says how many.
 
 Data and splits (``SPLITS``, index ranges into scikit-learn's ``load_digits``, 1,797 real 8x8
 digits scaled to [-1, 1]; the order of the file, no shuffling)::
@@ -15,32 +20,28 @@ digits scaled to [-1, 1]; the order of the file, no shuffling)::
     test        [1600, 1797)   reported results only (benchmarks, tests); never read here
 
 Prior kinds (``PRIOR_KINDS``): ``gaussian-digits`` (the exact Gaussian prior, the one with a Bayes
-ceiling) and ``empirical-digits`` (the exact empirical prior over the training images), and one kind
-per shipped learned prior (``LEARNED_KINDS``: ``learned-mnist``, ``learned-natural32``,
-``learned-medical32``; :func:`lab.generative.learned.load_learned_prior` sets ``tuning_key`` to it).
-A learned kind is tuned on ``n_val`` images (default 16) evenly spaced over the **val** split of its
-data set (:func:`lab.generative.datasets.load`; never the test split), in float32 on the network's
-device, with the coarser ``LEARNED_GRIDS`` and at NFE 20 by default (each network evaluation costs
-~0.1 s for 16 images on one CPU core; the NFE-20 values then serve every NFE, since the entry at the
-tuned NFE nearest the request is used).
+ceiling, on real digits), ``gaussian-samples`` (the same Gaussian on images drawn from it,
+:func:`gaussian_samples`: 100 validation draws, seed 1500; the benchmark's test draws use seed 1600;
+there its posterior mean is the MMSE ceiling), ``empirical-digits`` (the exact empirical prior over
+the training images), and one kind per shipped learned prior (``LEARNED_KINDS``: ``learned-mnist``,
+``learned-natural32``, ``learned-medical32``; :func:`lab.generative.learned.load_learned_prior` sets
+``tuning_key`` to it). A learned kind is tuned on ``n_val`` images (default 16) evenly spaced over
+the **val** split of its data set (:func:`lab.generative.datasets.load`; never the test split), in
+float32 on the network's device, at NFE 20 by default (each network evaluation costs ~0.1 s for 16
+images on one CPU core; the NFE-20 values then serve every NFE, since the entry at the tuned NFE
+nearest the request is used).
 
-Grids (``GRIDS``; named as in each paper/code):
+Spaces (``SPACES``): ``tikhonov``: ``lam``; ``pnp_flow``: ``lr`` x ``alpha`` (the step's decay
+``(1 - t)^alpha``) x ``num_samples``; ``flower``: ``num_samples`` (independent runs averaged, NFE
+split); ``ot_ode``: ``start_time`` x ``gamma`` schedule x ``init``; ``d_flow``: ``lmbda`` x ``alpha``
+(initial blend) x ``steps`` (ODE steps per loss evaluation); ``rebridge``: ``kappa`` x ``lam``
+(``reading="paper"``: tuning keeps the method as written); ``recoupled_admm``: ``grid_power`` x
+``t_max`` x ``dual_step`` x ``eta``. A point that cannot spend the NFE budget exactly (e.g. D-Flow's
+steps) is recorded with a null score and not counted.
 
-- ``pnp_flow``: ``lr`` (step size) x ``alpha`` (its decay ``(1 - t)^alpha``) x ``num_samples``;
-- ``flower``: ``num_samples`` (the code's only knob: independent runs averaged, NFE split);
-- ``ot_ode``: ``start_time`` x ``gamma`` schedule x ``init``;
-- ``d_flow``: ``lmbda`` (regulariser) x ``alpha`` (initial blend) x ``steps`` (ODE steps per loss
-  evaluation; the L-BFGS iterations follow from the budget);
-- ``rebridge``: ``kappa`` x ``lam`` (``reading="paper"``: tuning keeps the method as written);
-- ``recoupled_admm``: ``grid_power`` x ``t_max`` x ``dual_step`` x ``eta``.
+Commands (minutes on CPU)::
 
-A grid point that cannot spend the budget exactly (e.g. D-Flow's steps) is skipped and recorded
-with a null score.
-
-Commands (minutes on CPU; the committed learned kinds took 14-15 min each, three run side by side on
-2 cores)::
-
-    python -m lab.generative.tuning --prior gaussian-digits --out lab/generative/restore/tuned.json
+    python -m lab.generative.tuning --prior gaussian-digits --prior gaussian-samples --prior empirical-digits
     python -m lab.generative.tuning --prior learned-mnist --nfe 20
 """
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass
 import itertools
 import json
 import math
@@ -65,8 +67,9 @@ from lab.generative.operators import get_operator
 from lab.generative.priors import EmpiricalPrior, FlowPrior, GaussianPrior
 
 __all__ = [
-    "SPLITS", "GRIDS", "TASKS", "NFES", "PRIOR_KINDS", "TUNED_PATH", "load_digit_images", "split_indices",
-    "LEARNED_KINDS", "LEARNED_GRIDS", "LEARNED_N_VAL", "validation_set", "make_prior", "grid_points", "tune",
+    "SPLITS", "Axis", "SPACES", "BUDGET", "budgeted_search", "TASKS", "NFES", "PRIOR_KINDS", "SAMPLE_SEEDS",
+    "gaussian_samples", "TUNED_PATH", "load_digit_images", "split_indices", "tuning_budget",
+    "LEARNED_KINDS", "LEARNED_N_VAL", "validation_set", "make_prior", "grid_points", "tune",
     "write_tuned", "load_tuned", "tuned_hyper", "main",
 ]
 
@@ -77,26 +80,182 @@ NFES: tuple[int, ...] = (20, 50, 100)
 #: the committed file restore(hyper="tuned") reads
 TUNED_PATH = Path(__file__).resolve().parent / "restore" / "tuned.json"
 
-GRIDS: dict[str, dict[str, list]] = {
-    "pnp_flow": {"lr": [0.5, 1.0, 1.5, 2.0, 3.0], "alpha": [0.01, 0.1, 0.3, 0.5, 0.8, 1.0], "num_samples": [1, 5]},
-    "flower": {"num_samples": [1, 2, 5, 10]},
-    "ot_ode": {"start_time": [0.1, 0.2, 0.3, 0.4], "gamma": ["constant", "gamma_t"], "init": ["adjoint", "pinv"]},
-    "d_flow": {"lmbda": [0.0, 0.0001, 0.001, 0.01], "alpha": [0.1, 0.5], "steps": [2, 5]},
-    "rebridge": {"kappa": [1.0, 5.0, 10.0, 50.0, 200.0, 1000.0], "lam": [0.05, 0.2, 1.0, 5.0]},
-    "recoupled_admm": {"grid_power": [0.5, 0.7, 1.0], "t_max": [0.6, 0.8, 1.0], "dual_step": [1.0, 1.6],
-                       "eta": [0.0, 0.5]},
+@dataclass(frozen=True)
+class Axis:
+    """One hyper-parameter's search space.
+
+    Attributes
+    ----------
+    initial : tuple
+        The values of the starting grid.
+    kind : ``"log"``, ``"linear"``, ``"int"`` or ``"choice"``
+        ``log``: a positive float stepped by the factor ``step`` (> 1); ``linear``: a float stepped by
+        ``step``; ``int``: a positive integer stepped by the factor ``step``, rounded; ``choice``: one of
+        ``options`` (tried by switching the best point's value).
+    step : float
+    lo, hi : float or None
+        Inclusive bounds of a numeric axis (None: unbounded).
+    options : tuple
+        A ``choice`` axis's values (``initial`` is a subset).
+    """
+
+    initial: tuple
+    kind: str = "log"
+    step: float = 2.0
+    lo: float | None = None
+    hi: float | None = None
+    options: tuple = ()
+
+    def outward(self, v, up: bool):
+        """The next value beyond ``v`` (None when out of bounds)."""
+        if self.kind == "linear":
+            w = v + self.step if up else v - self.step
+        elif self.kind == "int":
+            w = int(round(v * self.step)) if up else int(round(v / self.step))
+            w = w if w != v else (v + 1 if up else v - 1)
+        else:
+            w = v * self.step if up else v / self.step
+        return self._ok(w)
+
+    def between(self, a, b) -> list:
+        """Values strictly between ``a`` and ``b``: the midpoint (geometric on a log axis); on an int axis
+        every integer between them, the one nearest the geometric midpoint first (some may not divide the NFE)."""
+        if self.kind == "int":
+            mid = math.sqrt(a * b)
+            lo, hi = sorted((a, b))
+            return sorted(range(lo + 1, hi), key=lambda w: (abs(w - mid), w))
+        w = self._ok((a + b) / 2 if self.kind == "linear" else math.sqrt(a * b))
+        return [] if w is None or w in (a, b) else [w]
+
+    def _ok(self, w):
+        if self.kind != "int":
+            w = float(f"{w:.4g}")
+        if (self.lo is not None and w < self.lo) or (self.hi is not None and w > self.hi):
+            return None
+        if self.kind in ("log", "int") and w <= 0:
+            return None
+        return w
+
+
+#: evaluations on the validation split every method gets (the same for every method, task, NFE and prior kind)
+BUDGET = 8
+
+#: each method's own hyper-parameters (named as in its paper/code) and where the search starts. The rule
+#: is the same for every method (:func:`budgeted_search`): the starting grid (at most 6 points), then
+#: one point at a time, up to :data:`BUDGET` evaluations, first extending an axis whose best value
+#: lies on the edge of what was tried, then switching a choice, then refining between the best value
+#: and its neighbours.
+SPACES: dict[str, dict[str, Axis]] = {
+    "tikhonov": {"lam": Axis((1e-3, 1e-2, 1e-1), "log", 10.0, 1e-8, 1e3)},
+    "pnp_flow": {"lr": Axis((0.5, 2.0), "log", 2.0, 0.05, 20.0), "alpha": Axis((0.1, 0.8), "linear", 0.35, 0.0, 3.0),
+                 "num_samples": Axis((1,), "int", 5.0, 1, None)},
+    "flower": {"num_samples": Axis((1, 2, 5), "int", 2.0, 1, None)},
+    "ot_ode": {"start_time": Axis((0.1, 0.3), "linear", 0.1, 0.05, 0.9),
+               "gamma": Axis(("constant", "gamma_t"), "choice", options=("constant", "gamma_t")),
+               "init": Axis(("adjoint",), "choice", options=("adjoint", "pinv"))},
+    "d_flow": {"lmbda": Axis((1e-4, 1e-2), "log", 10.0, 1e-7, 1.0), "alpha": Axis((0.1, 0.5), "linear", 0.2, 0.0, 1.0),
+               "steps": Axis((2,), "int", 2.5, 1, None)},
+    "rebridge": {"kappa": Axis((5.0, 50.0, 500.0), "log", 10.0, 0.1, 1e5), "lam": Axis((0.05, 1.0), "log", 4.0, 1e-3, 100.0)},
+    "recoupled_admm": {"grid_power": Axis((0.5, 1.0), "linear", 0.25, 0.2, 2.0),
+                       "t_max": Axis((0.6, 1.0), "linear", 0.2, 0.3, 1.0),
+                       "dual_step": Axis((1.6,), "linear", 0.3, 0.4, 1.6), "eta": Axis((0.0,), "linear", 0.5, 0.0, 1.0)},
 }
 
-#: coarser grids for the learned priors (every point costs network evaluations): around the paper's
-#: defaults and the values the digit priors chose, 4-12 points per method
-LEARNED_GRIDS: dict[str, dict[str, list]] = {
-    "pnp_flow": {"lr": [1.0, 3.0], "alpha": [0.01, 0.3, 0.8], "num_samples": [1, 5]},
-    "flower": {"num_samples": [1, 2, 5, 10]},
-    "ot_ode": {"start_time": [0.1, 0.2, 0.4], "gamma": ["constant", "gamma_t"], "init": ["adjoint"]},
-    "d_flow": {"lmbda": [0.0, 0.01], "alpha": [0.1, 0.5], "steps": [2, 5]},
-    "rebridge": {"kappa": [5.0, 50.0, 1000.0], "lam": [0.05, 1.0]},
-    "recoupled_admm": {"grid_power": [0.5, 1.0], "t_max": [0.6, 0.8, 1.0], "dual_step": [1.0, 1.6], "eta": [0.0]},
-}
+
+def budgeted_search(evaluate: Callable[[dict], float | None], space: dict[str, Axis], budget: int = BUDGET) -> dict:
+    """The one tuning rule: at most ``budget`` evaluations over one method's own space, the best kept.
+
+    1. Evaluate the starting grid (the Cartesian product of every axis's ``initial`` values, first
+       axis slowest).
+    2. While evaluations are left: take the best point so far (highest score, the earliest on ties)
+       and evaluate the first untried candidate of: (a) for each numeric axis on which the best
+       value is the largest (smallest) value tried, the next value outward -- the grid is extended
+       while its best point lies on its edge; (b) the best point with a choice axis switched; (c)
+       the midpoints between the best value and its neighbours on each numeric axis.
+    3. Stop when the budget is spent or no untried candidate is left (a small space, e.g. Flower's
+       ``num_samples`` must divide the NFE).
+
+    ``evaluate(point)`` returns the mean validation PSNR, or None when the point cannot run (e.g. it
+    cannot spend the NFE budget exactly); such a point is recorded but not counted as an evaluation.
+
+    Returns
+    -------
+    dict with ``best`` (the point), ``best_psnr``, ``trials`` (``[point, psnr or None]`` in order),
+    ``evaluations`` (points that ran: the budget spent), ``budget``, ``edge_extensions`` (points of
+    step 2a) and ``best_on_edge`` (the best value still on a tried edge of a numeric axis that could be
+    extended further: the budget ran out before the edge was left).
+
+    Raises
+    ------
+    GenerativeError
+        The starting grid exceeds the budget, or no point ran.
+    """
+    names = list(space)
+    start = grid_points({n: list(space[n].initial) for n in names})
+    if len(start) > budget:
+        raise GenerativeError(f"starting grid of {len(start)} points exceeds the budget of {budget} evaluations")
+    trials: list[list] = []
+    tried: set = set()
+    spent = extensions = 0
+
+    def key(p):
+        return tuple(p[n] for n in names)
+
+    def run(p, edge=False):
+        nonlocal spent, extensions
+        tried.add(key(p))
+        v = evaluate(dict(p))
+        v = v if v is not None and math.isfinite(v) else None
+        trials.append([dict(p), None if v is None else round(float(v), 4)])
+        if v is not None:
+            spent += 1
+            extensions += edge
+
+    def best():
+        ok = [(t[1], -i) for i, t in enumerate(trials) if t[1] is not None]
+        return trials[-max(ok)[1]][0] if ok else None
+
+    def values(n):  # the values that ran (a point that could not run marks no edge)
+        return sorted({t[0][n] for t in trials if t[1] is not None})
+
+    def candidates(b):
+        edge, switch, refine = [], [], []
+        for n in names:
+            ax = space[n]
+            if ax.kind == "choice":
+                switch += [dict(b, **{n: o}) for o in ax.options if o != b[n]]
+                continue
+            vals = values(n)
+            i = vals.index(b[n])
+            for up, at_edge in ((True, i == len(vals) - 1), (False, i == 0)):
+                w = ax.outward(b[n], up) if at_edge else None
+                if w is not None:
+                    edge.append(dict(b, **{n: w}))
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(vals):
+                    refine += [dict(b, **{n: w}) for w in ax.between(b[n], vals[j])]
+        return [(p, True) for p in edge] + [(p, False) for p in switch + refine]
+
+    for p in start:
+        run(p)
+    attempts = 0
+    while spent < budget and attempts < 8 * budget:
+        b = best()
+        if b is None:
+            break
+        nxt = next(((p, e) for p, e in candidates(b) if key(p) not in tried), None)
+        if nxt is None:
+            break
+        attempts += 1
+        run(*nxt)
+    b = best()
+    if b is None:
+        raise GenerativeError("no grid point ran")
+    on_edge = any(e for p, e in candidates(b) if key(p) not in tried)
+    return {"best": b, "best_psnr": max(t[1] for t in trials if t[1] is not None), "trials": trials,
+            "evaluations": spent, "budget": int(budget), "edge_extensions": extensions, "best_on_edge": bool(on_edge)}
+
+
 #: prior kind of each shipped learned prior -> its name (lab.generative.learned.LEARNED_PRIORS)
 LEARNED_KINDS: dict[str, str] = {"learned-mnist": "mnist", "learned-natural32": "natural32",
                                  "learned-medical32": "medical32"}
@@ -128,8 +287,22 @@ def _empirical(images: torch.Tensor) -> FlowPrior:
     return EmpiricalPrior(images)
 
 
-#: prior kind -> builder from the training images
-PRIOR_KINDS: dict[str, Callable[[torch.Tensor], FlowPrior]] = {"gaussian-digits": _gaussian, "empirical-digits": _empirical}
+#: prior kind -> builder from the training images. ``gaussian-samples`` is the same Gaussian as
+#: ``gaussian-digits``, evaluated on images drawn from it (:func:`gaussian_samples`), where its posterior
+#: mean is the MMSE ceiling; its hyper-parameters are tuned on such draws.
+PRIOR_KINDS: dict[str, Callable[[torch.Tensor], FlowPrior]] = {"gaussian-digits": _gaussian, "empirical-digits": _empirical,
+                                                               "gaussian-samples": _gaussian}
+#: seeds of the draws from the Gaussian prior per split (kind ``gaussian-samples``); disjoint streams
+SAMPLE_SEEDS: dict[str, int] = {"validation": 1500, "test": 1600}
+
+
+def gaussian_samples(prior, split: str, n: int) -> torch.Tensor:
+    """``n`` images (n, 1, 8, 8) float64 drawn from the Gaussian prior ``prior`` (``sample_clean``), seeded by
+    :data:`SAMPLE_SEEDS` [split]: the validation draws tune, the test draws are reported. Raises
+    :class:`GenerativeError` for another split."""
+    if split not in SAMPLE_SEEDS:
+        raise GenerativeError(f"gaussian_samples: split must be one of {', '.join(SAMPLE_SEEDS)}, got {split!r}")
+    return prior.sample_clean(int(n), torch.Generator().manual_seed(SAMPLE_SEEDS[split]), dtype=torch.float64)
 
 
 def make_prior(kind: str, images: torch.Tensor | None = None) -> FlowPrior:
@@ -171,6 +344,11 @@ def validation_set(kind: str, n_val: int | None = None, images: torch.Tensor | N
         return prior, val[idx].to(device=device, dtype=torch.float32), record
     images = load_digit_images() if images is None else images
     prior = make_prior(kind, images)
+    if kind == "gaussian-samples":
+        n = int(n_val or 100)
+        record = {"dataset": "draws from GaussianPrior.fit(load_digits train 0-1499, ridge 1e-3)",
+                  "validation_used": {"n": n, "seed": SAMPLE_SEEDS["validation"]}, "test_seed": SAMPLE_SEEDS["test"]}
+        return prior, gaussian_samples(prior, "validation", n), record
     val = split_indices("validation")
     if n_val is not None:
         val = val[: int(n_val)]
@@ -186,17 +364,19 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
 
 
 def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = None, tasks: Iterable[str] = TASKS,
-         nfes: Iterable[int] = NFES, grids: dict[str, dict[str, list]] | None = None, seed: int = 0,
+         nfes: Iterable[int] = NFES, spaces: dict[str, dict[str, Axis]] | None = None, budget: int = BUDGET, seed: int = 0,
          n_val: int | None = None, images: torch.Tensor | None = None, progress: Callable[[str], None] | None = None) -> dict:
-    """Tune every method's grid on the validation split; returns the JSON-able record.
+    """Tune every method on the validation split with the same budget (:func:`budgeted_search`); the JSON-able record.
 
     Parameters
     ----------
     prior_kind : a key of :data:`PRIOR_KINDS` or :data:`LEARNED_KINDS`
-    methods : method names (default: every method with a grid)
+    methods : method names (default: every method of ``spaces``)
     tasks, nfes : operator names and NFE budgets (a learned kind's tasks use ``sr4`` for ``sr2``:
-        its images are 28-32 px, as in the benchmark)
-    grids : method -> {name: values} (default :data:`GRIDS`; :data:`LEARNED_GRIDS` for a learned kind)
+        its images are 28-32 px, as in the benchmark). ``tikhonov`` uses no network evaluation and
+        is tuned once per task (its entry is stored under every NFE).
+    spaces : method -> {name: Axis} (default :data:`SPACES`)
+    budget : validation evaluations per (task, NFE, method), the same for every method (default :data:`BUDGET`)
     seed : seeds the measurement noise (``operator.measure``) and every method's draws
     n_val : validation images (:func:`validation_set`)
     images : the full (1797, 1, 8, 8) digit array (default :func:`load_digit_images`); only the train
@@ -205,60 +385,69 @@ def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = No
 
     Returns
     -------
-    dict with ``tuned`` ({kind: {task: {method: {nfe: values}}}}), ``scores`` (every grid point's mean
-    validation PSNR, same nesting, a list aligned with the grid), ``split``, ``grids``, ``seed``,
-    ``metric``, ``n_images``.
+    dict with ``tuned`` ({task: {method: {nfe: values}}}), ``search`` (same nesting: each search's
+    ``trials``, ``evaluations``, ``budget``, ``edge_extensions``, ``best_on_edge``), ``spaces``,
+    ``budget``, ``split``, ``seed``, ``metric``, ``n_images``.
+
+    Raises
+    ------
+    MethodError
+        Unknown method, or one without a search space.
+    GenerativeError
+        No point of a search ran.
     """
     from lab.generative.restore import METHODS, restore  # lazy: restore imports this module lazily too
 
     learned = prior_kind in LEARNED_KINDS
-    grids = dict((LEARNED_GRIDS if learned else GRIDS) if grids is None else grids)
-    methods = list(grids) if methods is None else list(methods)
+    spaces = dict(SPACES if spaces is None else spaces)
+    methods = list(spaces) if methods is None else list(methods)
     for m in methods:
         if m not in METHODS:
             raise MethodError(f"unknown restoration method {m!r}")
-        if m not in grids:
-            raise MethodError(f"no tuning grid for {m!r}; grids exist for {', '.join(grids)}")
+        if m not in spaces:
+            raise MethodError(f"no search space for {m!r}; spaces exist for {', '.join(spaces)}")
     prior, x, split = validation_set(prior_kind, n_val, images)
     if learned:
         tasks = ["sr4" if t == "sr2" else t for t in tasks]
     tuned: dict = {}
-    scores: dict = {}
+    search: dict = {}
     for task in tasks:
         op = get_operator(task, tuple(prior.shape))
         y = op.measure(x, torch.Generator().manual_seed(seed))
-        for nfe in nfes:
-            for m in methods:
-                points = grid_points(grids[m])
-                vals: list[float | None] = []
+        for m in methods:
+            once = not METHODS[m].uses_nfe
+            res = None
+            for nfe in nfes:
                 t0 = time.perf_counter()
-                for hp in points:
+                if res is None or not once:
+                    def evaluate(hp, m=m, nfe=nfe):
+                        try:
+                            out = restore(m, y, op, prior, nfe=int(nfe), seed=seed, **hp)
+                        except NFEBudgetError:
+                            return None
+                        return float(psnr(out.x, x).mean())
+
                     try:
-                        out = restore(m, y, op, prior, nfe=int(nfe), seed=seed, **hp)
-                    except NFEBudgetError:
-                        vals.append(None)
-                        continue
-                    p = float(psnr(out.x, x).mean())
-                    vals.append(p if math.isfinite(p) else None)
-                finite = [(v, i) for i, v in enumerate(vals) if v is not None]
-                if not finite:
-                    raise GenerativeError(f"tuning {m} on {task} at nfe={nfe}: no grid point ran")
-                best = max(finite, key=lambda vi: (vi[0], -vi[1]))[1]  # highest PSNR, first in grid order on ties
-                tuned.setdefault(task, {}).setdefault(m, {})[str(nfe)] = points[best]
-                scores.setdefault(task, {}).setdefault(m, {})[str(nfe)] = [None if v is None else round(v, 4) for v in vals]
+                        res = budgeted_search(evaluate, spaces[m], budget)
+                    except GenerativeError as exc:
+                        raise GenerativeError(f"tuning {m} on {task} at nfe={nfe}: {exc}") from None
+                tuned.setdefault(task, {}).setdefault(m, {})[str(nfe)] = res["best"]
+                search.setdefault(task, {}).setdefault(m, {})[str(nfe)] = {k: v for k, v in res.items() if k != "best"}
                 if progress:
-                    progress(f"{prior_kind} {task:15s} nfe={nfe:<4d} {m:15s} best {vals[best]:.2f} dB {points[best]} "
-                             f"({len(points)} points, {time.perf_counter() - t0:.1f} s)")
+                    progress(f"{prior_kind} {task:15s} nfe={nfe:<4d} {m:15s} best {res['best_psnr']:.2f} dB {res['best']} "
+                             f"({res['evaluations']} evaluations, {time.perf_counter() - t0:.1f} s)")
     return {
         "prior": prior_kind,
         "tuned": tuned,
-        "scores": scores,
+        "search": search,
         "split": split,
-        "grids": {m: grids[m] for m in methods},
+        "spaces": {m: {n: dataclasses.asdict(ax) for n, ax in spaces[m].items()} for m in methods},
+        "budget": int(budget),
+        "rule": budgeted_search.__doc__.split("\n\n")[1].strip(),
         "tasks": list(tasks),
         "nfes": [int(n) for n in nfes],
         "seed": int(seed),
-        "metric": "mean over validation images of per-image PSNR (dB, [0, 1], clipped); ties keep the first grid point",
+        "metric": "mean over validation images of per-image PSNR (dB, [0, 1], clipped); ties keep the earliest point",
         "n_images": int(x.shape[0]),
     }
 
@@ -308,12 +497,33 @@ def tuned_hyper(kind: str, task: str, method: str, nfe: int, path: str | Path = 
     return dict(by_nfe[str(best)]), best
 
 
+def tuning_budget(kind: str | None, task: str, method: str, nfe: int, path: str | Path = TUNED_PATH) -> int:
+    """Validation evaluations spent choosing (kind, task, method)'s values at the tuned NFE nearest ``nfe``.
+
+    0 for a method without hyper-parameters, a kind or method without an entry (the paper's values), or
+    ``kind`` None. Entries written before the budget rule (a ``scores`` grid) count their grid points that ran.
+    """
+    from lab.generative.restore import METHODS
+
+    if kind is None or (method in METHODS and not dataclasses.fields(METHODS[method].Config)):
+        return 0
+    entry = load_tuned(path).get("kinds", {}).get(kind, {})
+    by_task = entry.get("search") or entry.get("scores") or {}
+    by_nfe = by_task.get(task, {}).get(method)
+    if not by_nfe:
+        return 0
+    best = min((int(n) for n in by_nfe), key=lambda n: (abs(n - int(nfe)), n))
+    rec = by_nfe[str(best)]
+    return int(rec["evaluations"]) if isinstance(rec, dict) else sum(v is not None for v in rec)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.generative.tuning", description=__doc__.split("\n")[0])
     ap.add_argument("--prior", action="append", choices=sorted([*PRIOR_KINDS, *LEARNED_KINDS]),
                     help="prior kind (repeat the option for several: --prior A --prior B); default gaussian-digits")
     ap.add_argument("--out", default=str(TUNED_PATH), help="JSON file to merge the result into (default: the committed tuned.json)")
-    ap.add_argument("--methods", nargs="+", default=None, help=f"default: {' '.join(GRIDS)}")
+    ap.add_argument("--methods", nargs="+", default=None, help=f"default: {' '.join(SPACES)}")
+    ap.add_argument("--budget", type=int, default=BUDGET, help=f"validation evaluations per method (default {BUDGET})")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS),
                     help=f"default: {' '.join(TASKS)} (a learned kind, 28-32 px images, runs sr4 for sr2)")
     ap.add_argument("--nfe", nargs="+", type=int, default=None, help="default 20 50 100 (20 for a learned kind)")
@@ -326,11 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.prior or ["gaussian-digits"]:
         t0 = time.perf_counter()
         nfes = args.nfe or ([20] if kind in LEARNED_KINDS else list(NFES))
-        rec = tune(kind, methods=args.methods, tasks=args.tasks, nfes=nfes, seed=args.seed, n_val=args.n_val,
+        rec = tune(kind, methods=args.methods, tasks=args.tasks, nfes=nfes, budget=args.budget, seed=args.seed, n_val=args.n_val,
                    progress=None if args.quiet else (lambda s: print(s, flush=True)))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         write_tuned(rec, args.out, command)
-        print(f"{kind}: tuned {len(rec['tasks'])} tasks x {len(rec['nfes'])} NFE x {len(rec['grids'])} methods "
+        print(f"{kind}: tuned {len(rec['tasks'])} tasks x {len(rec['nfes'])} NFE x {len(rec['spaces'])} methods "
               f"in {rec['seconds']} s -> {args.out}", flush=True)
     return 0
 
