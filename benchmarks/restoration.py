@@ -113,7 +113,12 @@ from lab.generative.results import results_path
 TASKS = ("denoise", "deblur", "sr2", "inpaint_random", "inpaint_box")
 NFES = (20, 50, 100)
 #: row labels -> registry method; rebridge_as_written pins the paper's values
-METHODS = ("bayes", "recoupled_admm", "flower", "pnp_flow", "ot_ode", "d_flow", "rebridge", "rebridge_as_written")
+METHODS = ("bayes", "naive", "tikhonov", "recoupled_admm", "flower", "pnp_flow", "ot_ode", "d_flow", "rebridge",
+           "rebridge_as_written")
+#: the paired differences reported: every method versus these (paired bootstrap over the test images)
+VERSUS = ("flower", "recoupled_admm")
+#: bootstrap resamples for every interval (percentile intervals, seeded)
+N_BOOT = 2000
 VARIANT = "recoupled_admm"
 LEARNED_NAMES = ("mnist", "natural32", "medical32")
 QUICK = {"n_images": 6, "nfes": (20,), "tasks": ("sr2", "inpaint_random"), "priors": ("gaussian",)}
@@ -152,6 +157,12 @@ class PriorSpec:
     ceiling: bool = False
     note: str = ""
     tasks: tuple[str, ...] | None = None  # None: TASKS with sr4 for >= 28 px images
+    label: str | None = None  # the rows' ``prior`` (default: name); gaussian-samples is the gaussian prior
+    claims: bool = True  # run ReBridge-Flow's claims on it (when it has a ceiling or is learned)
+
+    @property
+    def prior_label(self) -> str:
+        return self.label or self.name
 
     def tasks_for(self, shape) -> tuple[str, ...]:
         if self.tasks is not None:
@@ -176,6 +187,18 @@ def _gaussian_spec() -> PriorSpec:
 
     return PriorSpec("gaussian", "sklearn-digits-8x8", build, "exact", ceiling=True,
                      note="GaussianPrior.fit(train 0-1499, ridge 1e-3); test 1600-1796")
+
+
+def _gaussian_samples_spec(n_test: int = 500) -> PriorSpec:
+    def build():
+        from lab.generative import tuning
+
+        prior = tuning.make_prior("gaussian-samples")
+        return prior, tuning.gaussian_samples(prior, "test", n_test)
+
+    return PriorSpec("gaussian-samples", "gaussian-samples", build, "exact", ceiling=True, label="gaussian", claims=False,
+                     note=f"the gaussian prior (GaussianPrior.fit(train 0-1499, ridge 1e-3)) on {n_test} images drawn from it "
+                          "(sample_clean, seed 1600; tuned on 100 draws, seed 1500): there the posterior mean is the MMSE ceiling")
 
 
 def _empirical_spec() -> PriorSpec:
@@ -233,7 +256,8 @@ def learned_prior_specs(names=LEARNED_NAMES) -> tuple[list[PriorSpec], dict]:
 
 
 #: the exact priors (name -> spec factory); learned priors are appended by learned_prior_specs()
-PRIOR_SPECS: dict[str, Callable[[], PriorSpec]] = {"gaussian": _gaussian_spec, "empirical": _empirical_spec}
+PRIOR_SPECS: dict[str, Callable[[], PriorSpec]] = {"gaussian": _gaussian_spec, "gaussian-samples": _gaussian_samples_spec,
+                                                   "empirical": _empirical_spec}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -257,12 +281,30 @@ def _r(v, nd=4):
     return None if v is None else round(float(v), nd)
 
 
+def bootstrap_ci(v: torch.Tensor, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> list[float]:
+    """Percentile bootstrap interval of the mean of ``v`` (one value per test image), ``[lo, hi]``.
+
+    For a paired comparison pass the per-image differences (the same images resampled for both
+    methods: a paired bootstrap). Resampling indices come from a CPU generator seeded with ``seed``.
+    A single value gives ``[v, v]``.
+    """
+    v = v.detach().double().cpu().flatten()
+    if v.numel() < 2:
+        return [_r(v.mean()), _r(v.mean())]
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, v.numel(), (n_boot, v.numel()), generator=g)
+    means = v[idx].mean(1)
+    a = (1 - level) / 2
+    lo, hi = torch.quantile(means, torch.tensor([a, 1 - a], dtype=torch.float64))
+    return [_r(lo), _r(hi)]
+
+
 def _hyper_for(method: str, prior, task: str, nfe: int) -> tuple[str, object]:
     """(registry name, ``hyper`` argument of restore) for a row label."""
     if method == "rebridge_as_written":
         return "rebridge", "paper"
-    if method == "bayes":
-        return "bayes", None
+    if method in ("bayes", "naive"):
+        return method, None
     kind = getattr(prior, "tuning_key", None)
     if kind:
         from lab.generative.tuning import tuned_hyper
@@ -294,34 +336,48 @@ class _Scorer:
     def degraded(self) -> dict:
         """The measurement as an image: ``y`` itself where it is image-shaped (denoising, blur, masks with 0
         in the removed pixels), else the pseudo-inverse ``H^T (H H^T)^+ y`` (block replication for SR)."""
-        if tuple(self.y.shape[1:]) == tuple(self.x.shape[1:]):
-            xd = self.y
-        else:
-            xd = self.op.H_adjoint(self.op.solve_HHt_plus(self.y, 0.0))
+        from lab.generative.restore.classical import naive_estimate
+
+        xd = naive_estimate(self.y, self.op)
         return {"psnr": _r(psnr(xd, self.x).mean()), "ssim": _r(ssim(xd, self.x).mean())}
 
 
 # ------------------------------------------------------------------------------------------ results
 
 
-def run_results(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, methods, seed: int, log) -> tuple[list, dict]:
-    """One row per (task, NFE, method label); ``rebridge_as_written`` reuses the ``rebridge`` run when that
-    one already used the paper's values (no tuned entry), since both are then the same computation."""
-    rows, degraded = [], {}
+def run_results(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, methods, seed: int, log) -> tuple[list, dict, list]:
+    """One row per (task, NFE, method label), and the paired differences.
+
+    ``rebridge_as_written`` reuses the ``rebridge`` run when that one already used the paper's values
+    (no tuned entry), since both are then the same computation. Each row has ``psnr_ci95`` (bootstrap
+    over the test images), ``tuning_budget`` (validation evaluations spent choosing its values:
+    :func:`lab.generative.tuning.tuning_budget`; 0 for the paper's values and for methods without
+    hyper-parameters) and ``below_naive`` (its mean PSNR under the naive estimate's). ``paired`` rows:
+    every method versus each of :data:`VERSUS` at the same (task, NFE): mean per-image PSNR difference
+    and its paired bootstrap 95% interval.
+    """
+    from lab.generative.tuning import tuning_budget
+
+    rows, degraded, paired = [], {}, []
     has_ceiling = spec.ceiling and hasattr(prior, "posterior_mean")
     labels = [m for m in methods if m != "bayes" or has_ceiling]
+    labels = [m for m in ("bayes", "naive") if m in labels] + [m for m in labels if m not in ("bayes", "naive")]  # ceiling, floor first
+    kind = getattr(prior, "tuning_key", None)
     warmed: set = set()
     for task in tasks:
         sc = _Scorer(prior, x, task, seed)
         degraded[task] = sc.degraded()
-        bayes_psnr = None
+        bayes_psnr = naive_psnr = None
         for nfe in nfes:
             done: dict = {}
+            per_image: dict = {}
             for label in labels:
                 method, hyper = _hyper_for(label, prior, task, nfe)
+                budget = tuning_budget(kind, task, method, nfe) if hyper == "tuned" else 0
                 if label == "rebridge_as_written" and done.get("rebridge", (None, ""))[1] == "paper":
                     row = dict(done["rebridge"][0], method=label)
                     rows.append(row)
+                    per_image[label] = per_image["rebridge"]
                     log(f"{spec.name:10s} {task:15s} nfe={nfe:<4d} {label:20s} = rebridge (same paper values)")
                     continue
                 if label not in warmed:  # untimed warm-up (first autograd / allocator calls)
@@ -329,15 +385,21 @@ def run_results(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, methods, s
                     w.run(method, nfe, hyper=hyper)
                     warmed.add(label)
                 out, p, s = sc.run(method, nfe, hyper=hyper)
+                per_image[label] = p
                 pm, ps = _mean_std(p)
                 sm, ss = _mean_std(s)
+                if label == "naive":
+                    naive_psnr = pm
                 row = {
-                    "prior": spec.name, "dataset": spec.dataset, "task": task, "method": label, "nfe": int(nfe),
+                    "prior": spec.prior_label, "dataset": spec.dataset, "task": task, "method": label, "nfe": int(nfe),
                     "psnr": _r(pm), "ssim": _r(sm), "s_per_image": _r(out.seconds / x.shape[0], 6),
                     "n_images": int(x.shape[0]),
-                    "psnr_std": _r(ps), "ssim_std": _r(ss),
-                    "hyper_source": "exact (no hyper-parameters)" if label == "bayes" else out.hyper_source,
+                    "psnr_std": _r(ps), "ssim_std": _r(ss), "psnr_ci95": bootstrap_ci(p, seed=seed),
+                    "hyper_source": "exact (no hyper-parameters)" if label in ("bayes", "naive") else out.hyper_source,
                     "hyper": {k: v for k, v in out.hyper.items() if k != "record"}, "nfe_used": int(out.nfe),
+                    "tuning_budget": int(budget),
+                    # as the table shows it (4 decimals): Tikhonov's lam -> 0 limit *is* the naive estimate on SR
+                    "below_naive": bool(naive_psnr is not None and label != "naive" and _r(pm) < _r(naive_psnr)),
                 }
                 done[label] = (row, out.hyper_source)
                 if label == "bayes":
@@ -346,8 +408,18 @@ def run_results(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, methods, s
                     row["gap_to_bayes_db"] = _r(bayes_psnr - pm)
                 rows.append(row)
                 log(f"{spec.name:10s} {task:15s} nfe={nfe:<4d} {label:20s} {pm:6.2f} dB  ssim {sm:.3f}  "
-                    f"{out.seconds:7.3f} s  ({row['hyper_source']})")
-    return rows, degraded
+                    f"{out.seconds:7.3f} s  ({row['hyper_source']}){'  BELOW NAIVE' if row['below_naive'] else ''}")
+            for versus in VERSUS:
+                if versus not in per_image:
+                    continue
+                for label, p in per_image.items():
+                    if label == versus:
+                        continue
+                    d = p.double() - per_image[versus].double()
+                    paired.append({"prior": spec.prior_label, "dataset": spec.dataset, "task": task, "nfe": int(nfe),
+                                   "method": label, "versus": versus, "psnr_diff": _r(d.mean()),
+                                   "psnr_diff_ci95": bootstrap_ci(d, seed=seed), "n_images": int(d.numel())})
+    return rows, degraded, paired
 
 
 # ------------------------------------------------------------------------------------------ claims
@@ -472,9 +544,9 @@ def run_claims(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, rows: list,
 
     # 9. Table 1: beats PnP-Flow and Flower at equal NFE. "tuned": the results rows (every method with its
     # validation-tuned values); "as_written": every method with its paper's defaults (the paper's protocol).
-    by = {(r["task"], r["nfe"], r["method"]): r["psnr"] for r in rows if r["prior"] == spec.name}
+    by = {(r["task"], r["nfe"], r["method"]): r["psnr"] for r in rows if r["prior"] == spec.prior_label}
     paper_rows = {(r["task"], r["nfe"], "rebridge" if r["method"] == "rebridge_as_written" else r["method"]): r["psnr"]
-                  for r in rows if r["prior"] == spec.name and r["hyper_source"] == "paper"}
+                  for r in rows if r["prior"] == spec.prior_label and r["hyper_source"] == "paper"}
     measured, ok_tuned = {}, True
     for proto in ("tuned", "as_written"):
         wins, lose = [], []
@@ -511,24 +583,25 @@ def run_claims(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, rows: list,
 
 def goals(rows: list, specs: list[PriorSpec], nfes) -> list:
     out = []
-    by = {(r["prior"], r["task"], r["nfe"], r["method"]): r["psnr"] for r in rows}
-    tasks_of = {}
+    by = {((r["prior"], r["dataset"]), r["task"], r["nfe"], r["method"]): r["psnr"] for r in rows}
+    tasks_of: dict = {}
     for r in rows:
-        tasks_of.setdefault(r["prior"], [])
-        if r["task"] not in tasks_of[r["prior"]]:
-            tasks_of[r["prior"]].append(r["task"])
+        tasks_of.setdefault((r["prior"], r["dataset"]), [])
+        if r["task"] not in tasks_of[(r["prior"], r["dataset"])]:
+            tasks_of[(r["prior"], r["dataset"])].append(r["task"])
     for spec in specs:
-        tasks = tasks_of.get(spec.name, [])
-        for nfe in [n for n in nfes if any((spec.name, t, n, VARIANT) in by for t in tasks)]:
-            if any((spec.name, t, nfe, m) not in by for t in tasks for m in (VARIANT, "flower" if not spec.ceiling else "bayes")):
+        me = (spec.prior_label, spec.dataset)
+        tasks = tasks_of.get(me, [])
+        for nfe in [n for n in nfes if any((me, t, n, VARIANT) in by for t in tasks)]:
+            if any((me, t, nfe, m) not in by for t in tasks for m in (VARIANT, "flower" if not spec.ceiling else "bayes")):
                 continue
             if spec.ceiling:
-                gaps = {t: _r(by[(spec.name, t, nfe, "bayes")] - by[(spec.name, t, nfe, VARIANT)]) for t in tasks}
-                out.append({"goal": "variant within 0.5 dB of the Bayes ceiling on every task", "prior": spec.name,
-                            "nfe": nfe, "method": VARIANT, "gap_db": gaps,
+                gaps = {t: _r(by[(me, t, nfe, "bayes")] - by[(me, t, nfe, VARIANT)]) for t in tasks}
+                out.append({"goal": "variant within 0.5 dB of the Bayes ceiling on every task", "prior": spec.prior_label,
+                            "dataset": spec.dataset, "nfe": nfe, "method": VARIANT, "gap_db": gaps,
                             "holds": all(g <= 0.5 for g in gaps.values())})
             elif spec.kind == "learned" or spec.name == "empirical":
-                diff = {t: _r(by[(spec.name, t, nfe, VARIANT)] - by[(spec.name, t, nfe, "flower")]) for t in tasks}
+                diff = {t: _r(by[(me, t, nfe, VARIANT)] - by[(me, t, nfe, "flower")]) for t in tasks}
                 wins = sum(d > 0 for d in diff.values())
                 row = {"goal": "variant beats Flower on >= 3 of 5 tasks" + ("" if spec.kind == "learned" else
                        " (informative here: the goal names the learned priors)"),
@@ -585,8 +658,8 @@ def _unit(job: dict, log=None) -> dict:
     log = log or ((lambda s: None) if job["quiet"] else _stderr_log)
     spec, prior, _, x, _ = _built(job["prior"], job["n_images"])
     if job["kind"] == "results":
-        rows, degraded = run_results(spec, prior, x, (job["task"],), job["nfes"], job["methods"], job["seed"], log)
-        return {"rows": rows, "degraded": degraded}
+        rows, degraded, paired = run_results(spec, prior, x, (job["task"],), job["nfes"], job["methods"], job["seed"], log)
+        return {"rows": rows, "degraded": degraded, "paired": paired}
     return {"claims": run_claims(spec, prior, x, job["tasks"], job["nfes"], job["rows"], job["seed"], job["short"], log)}
 
 
@@ -635,14 +708,15 @@ def _run_units(result_jobs: list[dict], claim_job: Callable[[str, list], dict | 
     return outs, [claims[name] for name in priors]
 
 
-def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 40, seed: int = 0, quick: bool = False,
-        tasks=None, methods=METHODS, claims: bool = True, learned_nfes=None, learned_methods=None,
-        learned_claims: str = "auto", jobs: int = 1, log=print) -> dict:
+def run(priors=("gaussian", "gaussian-samples", "empirical", "learned"), nfes=NFES, n_images: int = 200, seed: int = 0,
+        quick: bool = False, tasks=None, methods=METHODS, claims: bool = True, learned_nfes=None, learned_methods=None,
+        learned_claims: str = "auto", jobs: int = 1, log=print, learned_n_images: int | None = None) -> dict:
     """The whole benchmark as a dictionary (see the module docstring for the keys).
 
     ``jobs`` > 1 runs the (prior, task) units, and each prior's claims once its units are done, in that
     many spawned worker processes (each with the ``OMP_NUM_THREADS`` of the parent's environment; give each worker a core).
     Rows come back in the same order as with ``jobs=1``; ``s_per_image`` is then each worker's own time.
+    ``learned_n_images`` (default ``n_images``) is the number of test images of a learned prior.
     """
     t_start = time.perf_counter()
     specs: list[PriorSpec] = [PRIOR_SPECS[p]() for p in priors if p in PRIOR_SPECS]
@@ -655,7 +729,8 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
     quiet = log is None  # workers cannot receive a callable: they log to stderr unless quiet
     info, plan = {}, {}
     for spec in specs:
-        _, prior, test, x, device = _built(spec.name, n_images, spec)
+        n_spec = int(learned_n_images or n_images) if spec.kind == "learned" else int(n_images)
+        _, prior, test, x, device = _built(spec.name, n_spec, spec)
         spec_nfes = tuple(learned_nfes or nfes) if spec.kind == "learned" else tuple(nfes)
         spec_methods = tuple(learned_methods or methods) if spec.kind == "learned" else tuple(methods)
         mode = learned_claims if spec.kind == "learned" else "full"
@@ -667,37 +742,72 @@ def run(priors=("gaussian", "empirical", "learned"), nfes=NFES, n_images: int = 
                            "n_images": int(x.shape[0]), "image_shape": list(x.shape[1:]), "tasks": list(spec_tasks),
                            "tuning_key": getattr(prior, "tuning_key", None), "nfes": list(spec_nfes),
                            "device": str(device), "methods": list(spec_methods),
-                           "claims": "none" if (mode == "none" or not claims) else ("short" if short else "full")}
-        plan[spec.name] = {"tasks": spec_tasks, "nfes": spec_nfes, "methods": spec_methods, "short": short,
-                           "claims": claims and mode != "none" and (spec.ceiling or spec.kind == "learned")}
-    common = {"n_images": n_images, "seed": seed, "quiet": quiet}
-    result_jobs = [dict(common, kind="results", prior=name, task=task, nfes=p["nfes"], methods=p["methods"])
-                   for name, p in plan.items() for task in p["tasks"]]
+                           "claims": "none" if (mode == "none" or not claims or not spec.claims) else ("short" if short else "full")}
+        plan[spec.name] = {"n_images": n_spec, "tasks": spec_tasks, "nfes": spec_nfes, "methods": spec_methods, "short": short,
+                           "claims": claims and spec.claims and mode != "none" and (spec.ceiling or spec.kind == "learned")}
+    common = {"seed": seed, "quiet": quiet}
+    result_jobs = [dict(common, kind="results", prior=name, task=task, nfes=p["nfes"], methods=p["methods"],
+                        n_images=p["n_images"]) for name, p in plan.items() for task in p["tasks"]]
 
     def claim_job(name: str, rows: list) -> dict | None:
         p = plan[name]
-        return dict(common, kind="claims", prior=name, tasks=p["tasks"], nfes=p["nfes"], short=p["short"],
+        return dict(common, kind="claims", prior=name, n_images=p["n_images"], tasks=p["tasks"], nfes=p["nfes"], short=p["short"],
                     rows=rows) if p["claims"] else None
 
     outs, claim_outs = _run_units(result_jobs, claim_job, jobs, log)
-    rows, degraded = [], {name: {} for name in plan}
+    rows, paired, degraded = [], [], {name: {} for name in plan}
     for job, out in zip(result_jobs, outs):
         rows += out["rows"]
+        paired += out["paired"]
         degraded[job["prior"]].update(out["degraded"])
     claim_rows = [c for out in claim_outs for c in out["claims"]]
     return {
         "benchmark": "restoration",
-        "inputs": {"priors": list(priors), "nfes": list(nfes), "n_images": n_images, "seed": seed, "quick": quick,
+        "inputs": {"priors": list(priors), "nfes": list(nfes), "n_images": n_images, "learned_n_images": learned_n_images,
+                   "seed": seed, "quick": quick, "n_boot": N_BOOT, "versus": list(VERSUS),
                    "methods": list(methods), "jobs": jobs, "metric": "per-image PSNR (dB) and SSIM on [0, 1], clipped, "
                    "data range 1; mean over the test images", "command": "python -m benchmarks.restoration " + " ".join(sys.argv[1:])},
         "priors": info,
         "learned_priors": learned_status,
         "results": rows,
+        "paired": paired,
         "degraded": degraded,
         "claims": claim_rows,
         "goals": goals(rows, specs, sorted({r["nfe"] for r in rows})),
         "seconds": round(time.perf_counter() - t_start, 1),
     }
+
+
+def merge(result: dict, previous: dict, source: str) -> dict:
+    """``result`` plus every entry of ``previous`` (an earlier run's JSON) for the priors this run did not
+    run: their rows, paired rows, claims, goals, ``priors``, ``degraded`` and ``learned_priors`` entries are
+    carried over unchanged, and ``inputs["carried_over"]`` names them, with the run they came from.
+
+    A prior is identified by its ``priors`` key (``gaussian``, ``gaussian-samples``, ...); rows by
+    ``(prior, dataset)``. Used to assemble the committed table from runs of a few priors each.
+    """
+    out = dict(result)
+    ran = set(result["priors"])
+    carried = [name for name in previous.get("priors", {}) if name not in ran]
+    pairs = {(r["prior"], r["dataset"]) for r in result["results"]}
+    old_ds = {name: info.get("dataset") for name, info in previous.get("priors", {}).items()}
+    keep_row = lambda r: (r["prior"], r["dataset"]) not in pairs  # noqa: E731
+    out["results"] = [r for r in previous.get("results", []) if keep_row(r)] + result["results"]
+    out["paired"] = [r for r in previous.get("paired", []) if keep_row(r)] + result["paired"]
+    out["claims"] = [c for c in previous.get("claims", []) if c.get("prior") not in ran] + result["claims"]
+    out["goals"] = [g for g in previous.get("goals", []) if g.get("prior") is not None
+                    and (g["prior"], g.get("dataset", old_ds.get(g["prior"]))) not in pairs] + \
+                   [g for g in result["goals"] if g.get("prior") is not None or not any(
+                       previous["priors"].get(n, {}).get("kind") == "learned" for n in carried)]
+    out["priors"] = {**{n: previous["priors"][n] for n in carried}, **result["priors"]}
+    out["degraded"] = {**{n: previous.get("degraded", {}).get(n, {}) for n in carried}, **result["degraded"]}
+    out["learned_priors"] = {**previous.get("learned_priors", {}), **result["learned_priors"]}
+    inputs = dict(result["inputs"])
+    inputs["carried_over"] = {"from": source, "priors": carried,
+                              "their_inputs": previous.get("inputs", {}).get("carried_over") or previous.get("inputs")}
+    out["inputs"] = inputs
+    out["seconds"] = round(result["seconds"] + (previous.get("seconds") or 0.0), 1)
+    return out
 
 
 def _positive_int(text: str) -> int:
@@ -715,9 +825,14 @@ def main(argv=None) -> None:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="few images, NFE 20, two tasks, the Gaussian prior (tests)")
     p.add_argument("--priors", nargs="+", default=None,
-                   help="gaussian, empirical, learned (every learned prior found) or learned names (mnist, natural32, medical32)")
+                   help="gaussian, gaussian-samples, empirical, learned (every learned prior found) or learned names "
+                        "(mnist, natural32, medical32)")
     p.add_argument("--nfe", nargs="+", type=int, default=None, help="NFE budgets (default 20 50 100)")
-    p.add_argument("--n-images", type=_positive_int, default=None, help="test images per setting (default 40)")
+    p.add_argument("--n-images", type=_positive_int, default=None,
+                   help="test images per setting (default 200; all of a smaller test split, e.g. the 197 test digits)")
+    p.add_argument("--learned-n-images", type=_positive_int, default=None, help="test images of a learned prior (default: --n-images)")
+    p.add_argument("--merge", default=None, metavar="FILE",
+                   help="carry over from FILE (an earlier run) every prior this run does not run (see merge())")
     p.add_argument("--learned-nfe", nargs="+", type=int, default=None, help="NFE budgets for learned priors (default: --nfe)")
     p.add_argument("--learned-methods", nargs="+", default=None, choices=METHODS, help="methods on learned priors (default: all)")
     p.add_argument("--learned-claims", default="auto", choices=("auto", "full", "short", "none"),
@@ -736,13 +851,18 @@ def main(argv=None) -> None:
         p.error("--ship copies the committed full run into lab; not with --quick")
     q = QUICK if a.quick else {}
     result = run(
-        priors=tuple(a.priors or q.get("priors", ("gaussian", "empirical", "learned"))),
+        priors=tuple(a.priors or q.get("priors", ("gaussian", "gaussian-samples", "empirical", "learned"))),
         nfes=tuple(a.nfe or q.get("nfes", NFES)),
-        n_images=a.n_images or q.get("n_images", 40),
+        n_images=a.n_images or q.get("n_images", 200), learned_n_images=a.learned_n_images,
         seed=a.seed, quick=a.quick, tasks=a.tasks or q.get("tasks"), claims=not a.no_claims, learned_nfes=a.learned_nfe,
         learned_methods=a.learned_methods, learned_claims=a.learned_claims, jobs=a.jobs,
         log=None if a.quiet else _stderr_log,
     )
+    if a.merge:
+        import json
+        from pathlib import Path
+
+        result = merge(result, json.loads(Path(a.merge).read_text()), a.merge)
     out = write(a.out, result)
     if a.ship:  # byte for byte the same file (tests/test_generative_results.py checks it)
         shipped = results_path("restoration")

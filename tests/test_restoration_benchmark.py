@@ -14,7 +14,10 @@ import torch
 
 from benchmarks import restoration as R
 
-ROW_KEYS = {"prior", "dataset", "task", "method", "nfe", "psnr", "ssim", "s_per_image", "n_images"}
+ROW_KEYS = {"prior", "dataset", "task", "method", "nfe", "psnr", "ssim", "s_per_image", "n_images", "psnr_ci95",
+            "tuning_budget", "below_naive"}
+PAIRED_KEYS = {"prior", "dataset", "task", "nfe", "method", "versus", "psnr_diff", "psnr_diff_ci95"}
+NO_NFE = ("bayes", "naive", "tikhonov")
 CLAIM_KEYS = {"claim", "paper_value", "measured", "holds"}
 
 
@@ -45,13 +48,33 @@ def test_rows_have_the_schema_and_cover_every_method_and_task(quick):
         assert math.isfinite(r["psnr"]) and 5 < r["psnr"] < 60
         assert -1 <= r["ssim"] <= 1 and r["s_per_image"] >= 0
         assert r["hyper_source"]
-        assert r["nfe_used"] == (0 if r["method"] == "bayes" else 20)
+        assert r["nfe_used"] == (0 if r["method"] in NO_NFE else 20)
+        lo, hi = r["psnr_ci95"]
+        assert lo <= r["psnr"] <= hi and hi - lo < 4 * r["psnr_std"] + 1e-9, r
     assert {(r["task"], r["method"]) for r in rows} == {(t, m) for t in R.QUICK["tasks"] for m in R.METHODS}
+    # the floor: naive is the measurement's own PSNR (the "degraded" entry); every row below it is flagged
+    for t in R.QUICK["tasks"]:
+        naive = next(r for r in rows if r["task"] == t and r["method"] == "naive")
+        assert naive["psnr"] == quick["degraded"]["gaussian"][t]["psnr"] and naive["below_naive"] is False
+        for r in rows:
+            if r["task"] == t and r["method"] != "naive":
+                assert r["below_naive"] == (r["psnr"] < naive["psnr"]), r
+    # equal budgets: every tuned row spent the same number of validation evaluations (Flower: at most as many,
+    # its space is the divisors of the NFE); the paper's values and the exact methods spent none
+    from lab.generative import tuning
+
+    for r in rows:
+        if r["method"] in ("bayes", "naive", "rebridge_as_written"):
+            assert r["tuning_budget"] == 0, r
+        elif r["method"] == "flower":
+            assert 1 <= r["tuning_budget"] <= tuning.BUDGET, r
+        else:
+            assert r["tuning_budget"] == tuning.BUDGET, r
     # every method that has tuned values for the digits prior uses them; rebridge_as_written never does
     for r in rows:
         if r["method"] == "rebridge_as_written":
             assert r["hyper_source"] == "paper" and r["hyper"]["kappa"] == 5.0 and r["hyper"]["lam"] == 1.0
-        elif r["method"] != "bayes":
+        elif r["method"] not in ("bayes", "naive"):
             assert r["hyper_source"].startswith("tuned:gaussian-digits"), r
 
 
@@ -65,6 +88,57 @@ def test_bayes_rows_and_gap_to_bayes(quick):
         # draws from the fitted Gaussian, a method can: the variant passes it by 0.06 dB on box inpainting.)
         assert r["gap_to_bayes_db"] >= -1e-6, r
     assert all(b["gap_to_bayes_db"] == 0 for b in bayes.values())
+
+
+def test_paired_rows_versus_flower_and_the_variant(quick):
+    rows = {(r["task"], r["method"]): r for r in quick["results"]}
+    paired = quick["paired"]
+    assert len(paired) == len(R.QUICK["tasks"]) * len(R.VERSUS) * (len(R.METHODS) - 1)
+    for p in paired:
+        assert PAIRED_KEYS <= set(p), p
+        assert p["versus"] in R.VERSUS and p["method"] != p["versus"] and p["nfe"] == 20
+        # the mean of the per-image differences is the difference of the means
+        assert p["psnr_diff"] == pytest.approx(rows[p["task"], p["method"]]["psnr"] - rows[p["task"], p["versus"]]["psnr"],
+                                               abs=2e-4)
+        lo, hi = p["psnr_diff_ci95"]
+        assert lo <= p["psnr_diff"] <= hi
+    # rebridge_as_written against itself is not a row; against Flower it is
+    assert {(p["method"], p["versus"]) for p in paired} >= {("rebridge_as_written", "flower"), ("flower", "recoupled_admm")}
+
+
+def test_bootstrap_interval():
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(400, generator=g, dtype=torch.float64) + 3.0
+    lo, hi = R.bootstrap_ci(v, seed=1)
+    se = float(v.std() / 20)
+    assert lo < float(v.mean()) < hi
+    assert hi - lo == pytest.approx(2 * 1.96 * se, rel=0.15)  # the normal-theory width for a mean
+    assert R.bootstrap_ci(v, seed=1) == [lo, hi]  # seeded
+    assert R.bootstrap_ci(torch.full((50,), 2.5)) == [2.5, 2.5]
+    assert R.bootstrap_ci(torch.tensor([1.0])) == [1.0, 1.0]
+    # paired: a method 0.1 dB above another on every image has a point interval at 0.1 however noisy the images
+    a = torch.randn(200, generator=g, dtype=torch.float64) * 5
+    assert R.bootstrap_ci((a + 0.1) - a) == [pytest.approx(0.1), pytest.approx(0.1)]
+
+
+def test_merge_carries_over_the_priors_not_run(quick):
+    old = {"priors": {"gaussian": {"dataset": "sklearn-digits-8x8"}, "mnist": {"dataset": "mnist", "kind": "learned"}},
+           "results": [{"prior": "gaussian", "dataset": "sklearn-digits-8x8", "task": "sr2", "method": "flower", "psnr": 1.0},
+                       {"prior": "mnist", "dataset": "mnist", "task": "sr4", "method": "flower", "psnr": 2.0}],
+           "paired": [], "claims": [{"prior": "mnist", "claim": "c"}, {"prior": "gaussian", "claim": "old"}],
+           "goals": [{"prior": "mnist", "nfe": 20}, {"prior": "gaussian", "nfe": 20}],
+           "degraded": {"mnist": {"sr4": {"psnr": 3.0}}}, "learned_priors": {"mnist": "included"},
+           "inputs": {"n_images": 40}, "seconds": 10.0}
+    new = dict(quick, benchmark="restoration")
+    out = R.merge(new, old, "old.json")
+    assert set(out["priors"]) == {"gaussian", "mnist"} and out["priors"]["gaussian"] == quick["priors"]["gaussian"]
+    assert [r["psnr"] for r in out["results"] if r["prior"] == "mnist"] == [2.0]
+    assert all(r["psnr"] != 1.0 for r in out["results"] if r["prior"] == "gaussian")  # the new rows replace the old
+    assert len(out["results"]) == len(quick["results"]) + 1
+    assert [c["claim"] for c in out["claims"] if c["prior"] == "gaussian"] == [c["claim"] for c in quick["claims"]]
+    assert {"prior": "mnist", "nfe": 20} in out["goals"] and {"prior": "gaussian", "nfe": 20} not in out["goals"]
+    assert out["degraded"]["mnist"] == {"sr4": {"psnr": 3.0}}
+    assert out["inputs"]["carried_over"] == {"from": "old.json", "priors": ["mnist"], "their_inputs": {"n_images": 40}}
 
 
 def test_claims_rows(quick):
@@ -143,6 +217,7 @@ def test_learned_prior_status_without_and_with_a_loader(monkeypatch):
     rows = out["results"]
     assert {r["method"] for r in rows} == {"recoupled_admm", "flower", "pnp_flow", "rebridge"}  # no ceiling for a network
     assert all(r["prior"] == "mnist" and r["hyper_source"] == "paper" and "gap_to_bayes_db" not in r for r in rows)
+    assert all(r["tuning_budget"] == 0 for r in rows)  # no tuned entry: the paper's values, nothing spent
     goal = [g for g in out["goals"] if g["prior"] == "mnist"]
     assert goal and goal[0]["binding"] is True and goal[0]["wins"].endswith("/2")
     # the goal is about all five tasks: a two-task run does not decide it
