@@ -20,7 +20,7 @@ from lab.generative.metrics import mse, psnr
 from lab.generative.operators import OPERATORS, get_operator
 from lab.generative.priors import EmpiricalPrior, GaussianPrior, LearnedPrior
 from lab.generative.restore import METHODS, available_methods, restore
-from lab.generative.restore.rebridge import defect_terms, gamma_t, recouple
+from lab.generative.restore.rebridge import defect_terms, gamma_t, ode_limit, recouple
 
 TASKS = ["denoise", "deblur", "sr2", "inpaint_random", "inpaint_box"]
 FLOW_METHODS = ["rebridge", "pnp_flow", "flower", "ot_ode", "d_flow"]
@@ -277,32 +277,6 @@ def test_rebridge_trajectory_exposes_endpoints_and_defect_terms(gauss):
     assert scal[0].b_bar is None and scal[0].terms["defect"].shape == (3,)
 
 
-def _rebridge_limit(mu, s, m, sigma, rho=1.0, lam=1.0, kappa=5.0):
-    """(alpha, beta, r) with x(1) = alpha x(0) + beta y + r for one pixel of prior N(mu, s), observed
-    (m = 1) or not (m = 0): the ODE limit of Eq. 9 derived in rebridge's docstring, by quadrature."""
-    import math
-
-    from scipy.integrate import quad
-
-    def parts(t):
-        A = t * t * s + (1 - t) ** 2
-        kv, kb = (t * s - (1 - t)) / A, t * s / A  # v = kv x + cv, b_hat = kb x + cb
-        cv, cb = mu * (1 - t * kv), mu * (1 - t * t * s / A)
-        D = lam + kappa * (1 - t) ** 2
-        c = 1 + kappa * t * (1 - t) / D
-        g = sigma**2 * (rho + kappa * lam * t * t / D)
-        w = m / (m + g) if m + g > 0 else 0.0
-        return kv - c * w * kb, c * w, cv - c * w * cb
-
-    def flow(u):  # int_u^1 of the state coefficient
-        return quad(lambda t: parts(t)[0], u, 1, epsabs=1e-13, epsrel=1e-13, limit=200)[0]
-
-    alpha = math.exp(flow(0.0))
-    beta = quad(lambda u: parts(u)[1] * math.exp(flow(u)), 0, 1, epsabs=1e-12, limit=200)[0]
-    r = quad(lambda u: parts(u)[2] * math.exp(flow(u)), 0, 1, epsabs=1e-12, limit=200)[0]
-    return alpha, beta, r
-
-
 def test_rebridge_converges_to_its_ode_limit_on_a_hand_solved_two_pixel_case():
     """Issue #22: ReBridge below its input is the method. On a 2-pixel Gaussian prior with pixel 1
     observed, Eq. 9's output tends (at first order in 1/K) to the ODE limit alpha x_0 + beta y + r,
@@ -314,13 +288,13 @@ def test_rebridge_converges_to_its_ode_limit_on_a_hand_solved_two_pixel_case():
     # the hand-solved case (kappa = 0, sigma_y = 0, N(0, 1)): alpha = exp(-pi/4), beta by one closed-form integrand
     from scipy.integrate import quad
 
-    alpha0, beta0, _ = _rebridge_limit(0.0, 1.0, 1, 0.0, kappa=0.0)
+    alpha0, beta0, _ = ode_limit(0.0, 1.0, 1, 0.0, kappa=0.0)
     n = lambda u: u * u + (1 - u) ** 2  # noqa: E731
     beta_hand = quad(lambda u: n(u) ** -0.25 * math.exp(math.atan(2 * u - 1) / 2 - math.pi / 8), 0, 1)[0]
     assert alpha0 == pytest.approx(math.exp(-math.pi / 4), abs=1e-9) and beta0 == pytest.approx(beta_hand, abs=1e-9)
-    assert _rebridge_limit(0.0, 1.0, 0, 0.0, kappa=0.0) == pytest.approx((1.0, 0.0, 0.0), abs=1e-9)  # unobserved: its source draw
+    assert ode_limit(0.0, 1.0, 0, 0.0, kappa=0.0) == pytest.approx((1.0, 0.0, 0.0), abs=1e-9)  # unobserved: its source draw
     # at the paper's kappa = 5 the observed pixel keeps 0.30 of x_0 and 0.91 of y
-    a5, b5, _ = _rebridge_limit(0.0, 1.0, 1, 0.01)
+    a5, b5, _ = ode_limit(0.0, 1.0, 1, 0.01)
     assert a5 == pytest.approx(0.3042, abs=1e-3) and b5 == pytest.approx(0.9058, abs=1e-3)
 
     mu, s = (0.3, -0.2), (0.5, 2.0)
@@ -328,7 +302,7 @@ def test_rebridge_converges_to_its_ode_limit_on_a_hand_solved_two_pixel_case():
     op = BoxInpainting((1, 1, 2), size=(1, 1), top_left=(0, 1), sigma_y=0.01)  # pixel 1 observed, pixel 2 missing
     assert op.mask.flatten().tolist() == [1.0, 0.0]
     y = torch.tensor([0.8, 0.0], dtype=torch.float64).reshape(1, 1, 1, 2)
-    coef = [_rebridge_limit(mu[0], s[0], 1, 0.01), _rebridge_limit(mu[1], s[1], 0, 0.01)]
+    coef = [ode_limit(mu[0], s[0], 1, 0.01), ode_limit(mu[1], s[1], 0, 0.01)]
     err = {}
     for K in (100, 800):
         out = restore("rebridge", y, op, prior, nfe=K, seed=0, record="full")
