@@ -994,7 +994,8 @@ def _training_goals(t: dict) -> dict:
 
 
 # =============================================================================================== main
-def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool = False) -> dict:
+def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool = False,
+        time_shares: tuple[float, ...] | None = None) -> dict:
     result: dict = {"benchmark": "comm", "inputs": {**asdict(s), "part": part}}
     goals: dict = {}
     t0 = time.perf_counter()
@@ -1025,7 +1026,7 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
     if part == "time":  # needs root (network namespaces): never part of "all"
         from benchmarks.comm_time import run_time
 
-        result["time"], result["time_detail"] = run_time(quick=s.quick)
+        result["time"], result["time_detail"] = run_time(quick=s.quick, shares=time_shares)
         goals.update(result["time_detail"].get("goals", {}))
     result["goals"] = goals
     result["goals_met"] = {k: v.get("met") for k, v in goals.items()}
@@ -1041,9 +1042,12 @@ def main(argv=None) -> None:
                    help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder")
+    p.add_argument("--time-shares", type=float, nargs="+", help="--part time: only these fp32 comm shares "
+                   "(e.g. 0.25; merged share by share into the file's time table)")
     a = p.parse_args(argv)
     s = QUICK if a.quick else FULL
-    result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep)
+    result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep,
+                 tuple(a.time_shares) if a.time_shares else None)
     write(a.out, merge_part(a.out, result, a.part))
 
 
@@ -1059,6 +1063,10 @@ def merge_part(out: str | Path, result: dict, part: str) -> dict:
     old.pop("when", None)
     old.pop("machine", None)
     merged = {**old, **{k: v for k, v in result.items() if k not in ("goals", "goals_met", "inputs", "wall_s")}}
+    if part == "time" and result.get("time"):  # share by share: earlier shares' rows are kept
+        merged["time"] = {**(old.get("time") or {}), **result["time"]}
+        runs = {**((old.get("time_detail") or {}).get("runs") or {}), **result["time_detail"].get("runs", {})}
+        merged["time_detail"] = {**(old.get("time_detail") or {}), **result["time_detail"], "runs": runs}
     merged["goals"] = {**old.get("goals", {}), **result.get("goals", {})}
     merged["goals_met"] = {k: v.get("met") for k, v in merged["goals"].items()}
     merged.setdefault("inputs_by_part", {})[part] = result.get("inputs")

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -202,12 +202,14 @@ def _method_spec(s: TimeSettings, method: str, gift: dict) -> dict:
     return {"lr": lr, "optimizer": "scape", "optimizer_kwargs": dict(kw)}
 
 
-def run_time(quick: bool = False, workdir: Path | None = None) -> tuple[dict, dict]:
+def run_time(quick: bool = False, workdir: Path | None = None, shares: tuple[float, ...] | None = None) -> tuple[dict, dict]:
     """The ``time`` part: ``(time, time_detail)``; ``time`` empty with the reason in ``time_detail`` where
-    namespaces cannot be made."""
+    namespaces cannot be made. ``shares``: only these target shares (default: the settings')."""
     from lab.training.netns import ShapedNetwork, netns_unavailable
 
     s = QUICK_TIME if quick else FULL_TIME
+    if shares:
+        s = replace(s, shares=tuple(shares))
     detail: dict = {"settings": asdict(s), "profile": profile_gift(s)}
     reason = netns_unavailable()
     if reason is not None:
@@ -246,7 +248,7 @@ def run_time(quick: bool = False, workdir: Path | None = None) -> tuple[dict, di
                 t1 = time.perf_counter()
                 runs[(method, seed)] = {**runner.run(net, name, cfg), "wall_s": time.perf_counter() - t1}
         table[key] = _summarize(s, runs, t0)
-        table[key]["_link"] = {"rate_mbit": rate, "measured_goodput_mbit": goodput}
+        table[key]["_link"] = {"rate_mbit": rate, "measured_goodput_mbit": goodput, "calibration_unshaped_step_s": t0}
         detail["runs"][key] = {f"{m}_seed{sd}": {"step_s_median": statistics.median(r["step_s"].values()),
                                                  "val_by_step": r["val_by_step"], "bytes_per_step": r["bytes_per_step"],
                                                  "wall_s": r["wall_s"]}
