@@ -206,6 +206,7 @@ def _worker(spec: dict) -> dict:
                     inp = torch.empty(b, s, d, dtype=dtype)
                     dist.recv(inp, prev)
                     inp.requires_grad_(True)
+                    ts = time.perf_counter()  # the slot is the compute, not the wait for the activation
                 out = mod(inp)
                 if mod.last:
                     out = mod.loss(out, ids[j, :, 1:]) * scale
@@ -219,6 +220,7 @@ def _worker(spec: dict) -> dict:
                 else:
                     g = torch.empty(b, s, d, dtype=dtype)
                     dist.recv(g, nxt)
+                    ts = time.perf_counter()
                     out.backward(g)
                 if not mod.first:
                     sends.append(dist.isend(inp.grad, prev))
@@ -331,7 +333,7 @@ def measure_steps(config: PerfConfig, *, steps: int = 5, warmup: int = 2, networ
     list of float
         Seconds of each timed step (the slowest rank's), length ``steps``. With ``detail``, ``(times,
         ranks)``: ``ranks[r] = {"rank", "stage", "times", "parts"}``, each part ``{"fwd_s", "bwd_s"
-        (each slot of the schedule, wall s, waits included), "grad_sync_s", "update_s", "tp_comm_s",
+        (each slot of the schedule, wall s), "grad_sync_s", "update_s", "tp_comm_s",
         "block_fwd_s"}``.
 
     Raises

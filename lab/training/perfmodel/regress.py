@@ -164,11 +164,14 @@ class PrimitiveModel:
     engine_overhead_s : float
         The autograd engine's fixed cost per backward call, measured by the sampler.
     device : str
+    base_only : bool
+        Predict with the linear bases only (:meth:`linear_base_only`).
     """
 
     regressors: dict
     engine_overhead_s: float
     device: str
+    base_only: bool = False
 
     def predict(self, kind: str, direction: str, precision: str, features: dict, flops: float, nbytes: float) -> float:
         """Seconds of one primitive call.
@@ -184,7 +187,13 @@ class PrimitiveModel:
         except KeyError:
             raise KeyError(f"no regressor for {(kind, direction, precision)}; fitted: "
                            f"{sorted(self.regressors)}") from None
+        if self.base_only:
+            return float(reg.base([flops], [nbytes])[0])
         return float(reg.predict([features], [flops], [nbytes])[0])
+
+    def linear_base_only(self) -> PrimitiveModel:
+        """The same model without the trees: the linear bases alone (the simplest strong baseline)."""
+        return PrimitiveModel(self.regressors, self.engine_overhead_s, self.device, base_only=True)
 
     def table(self) -> list[dict]:
         """One row per regressor: its key, chosen family, sample counts and validation MAPEs."""

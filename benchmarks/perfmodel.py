@@ -1,0 +1,267 @@
+"""Operator-level performance model (issue #25): predicted against measured training-step time.
+
+    python -m benchmarks.perfmodel --out benchmarks/results/perfmodel.json [--part all|sample|comm|runs|report]
+
+Parts (each writes its own file beside ``--out`` so a long run can be split under the heavy lock):
+
+``sample``  the sampler, in its own process (``python -m lab.training.perfmodel.profile``): every primitive
+            forward and backward over the shapes of 60 model configurations from ``SAMPLE_GRID``
+            -> ``perfmodel_samples_cpu.json``.
+``comm``    gloo all-reduce / all-gather / reduce-scatter / send-recv, 2 ranks, 256 B .. 16 MiB, on loopback
+            and, where namespaces can be made, on the fast and slow tiers of a ShapedNetwork
+            -> ``perfmodel_comm.json``.
+``runs``    the validation configurations (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training steps
+            (median of ``--steps`` after ``--warmup``) -> ``perfmodel_runs.json``.
+``report``  fit the regressors (3 seeds of the validation split), predict every configuration with the
+            learned model, the linear base alone and the roofline on this machine's measured peaks, and
+            write ``--out`` with ``configs``, ``mape``, ``roofline_mape``, ``components``.
+
+Errors are signed ``(predicted - measured) / measured``; MAPE is the mean of their absolute values with a
+95 % bootstrap interval over configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._common import write
+from lab.training.perfmodel import PerfConfig
+from lab.training.perfmodel.comm import DEFAULT_SIZES, CommModel, measure_collectives
+from lab.training.perfmodel.operators import decompose
+from lab.training.perfmodel.predict import LearnedPredictor, local_hardware, one_rank_per_host, single_tier
+from lab.training.perfmodel.regress import fit_primitives
+from lab.training.perfmodel.roofline import Roofline
+
+V = 512
+
+
+def _c(L, d, h, s, b, m, **kw):
+    return PerfConfig(n_layer=L, d_model=d, n_head=h, seq_len=s, vocab_size=V, micro_batch=b, n_micro_batches=m, **kw)
+
+
+#: Validation configurations on one tier (loopback). Their d, s and V are not in the sampler's grid.
+CONFIGS = [
+    _c(2, 64, 2, 32, 2, 1), _c(2, 128, 4, 64, 2, 2), _c(4, 128, 4, 128, 1, 2), _c(2, 192, 6, 64, 4, 1),
+    _c(4, 256, 8, 64, 2, 2), _c(2, 256, 8, 128, 2, 1), _c(3, 192, 12, 128, 1, 3),
+    _c(2, 128, 4, 64, 2, 2, dp=2), _c(4, 256, 8, 64, 2, 1, dp=2), _c(2, 192, 6, 128, 1, 2, dp=2),
+    _c(2, 128, 4, 64, 2, 2, tp=2), _c(2, 256, 8, 128, 1, 1, tp=2), _c(4, 192, 6, 64, 2, 1, tp=2),
+    _c(2, 128, 4, 64, 2, 4, pp=2), _c(4, 256, 8, 64, 1, 4, pp=2), _c(4, 192, 6, 128, 1, 2, pp=2),
+    _c(2, 64, 2, 128, 4, 3, pp=2),
+]
+#: Run across the shaped slow tier (one rank per host namespace), where namespaces can be made.
+SHAPED_CONFIGS = [_c(2, 128, 4, 64, 2, 2, dp=2), _c(2, 128, 4, 64, 2, 2, tp=2), _c(2, 128, 4, 64, 2, 4, pp=2)]
+SLOW_MBIT = 400.0
+COMPONENTS = ["encoder_fwd", "stage_fwd_max", "stage_bwd_max", "tp_allreduce", "grad_sync", "update", "overall"]
+
+
+def _paths(out: Path) -> dict[str, Path]:
+    d = out.parent
+    return {"samples": d / "perfmodel_samples_cpu.json", "comm": d / "perfmodel_comm.json", "runs": d / "perfmodel_runs.json"}
+
+
+def _save(path: Path, obj) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj) + "\n")
+    tmp.replace(path)
+
+
+def part_sample(paths, configs: int) -> None:
+    subprocess.run([sys.executable, "-m", "lab.training.perfmodel.profile", "--out", str(paths["samples"]),
+                    "--configs", str(configs)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def part_comm(paths, repeats: int) -> None:
+    from lab.training.netns import ShapedNetwork, netns_unavailable
+
+    rows = measure_collectives(2, tier="loopback", repeats=repeats)
+    why = netns_unavailable()
+    if why is None:
+        with ShapedNetwork(n_hosts=2, rate_mbit=SLOW_MBIT) as net:
+            small = [x for x in DEFAULT_SIZES if x <= 4 * 2**20]  # the shaped configurations send <= 4 MiB
+            rows += measure_collectives(2, tier="fast", repeats=repeats, network=net, hosts=[0, 0], sizes=small)
+            rows += measure_collectives(2, tier="slow", repeats=repeats, network=net, hosts=[0, 1], sizes=small)
+            goodput = net.measure_mbit(0, 1)
+    else:
+        print(f"shaped tiers skipped: {why}", file=sys.stderr)
+        goodput = None
+    _save(paths["comm"], {"rows": rows, "netns_skipped": why, "slow_rate_mbit": SLOW_MBIT,
+                          "slow_goodput_mbit": goodput})
+
+
+def _summarise_run(times, ranks, cfg: PerfConfig) -> dict:
+    """Measured components: the medians over steps of each per-step quantity (max over ranks)."""
+    parts = [r["parts"] for r in ranks]
+    n = len(times)
+
+    def per_step(fn):
+        return statistics.median(max(fn(p[i]) for p in parts) for i in range(n))
+
+    fwd = max(statistics.median(statistics.mean(p[i]["fwd_s"]) for i in range(n)) for p in parts)
+    bwd = max(statistics.median(statistics.mean(p[i]["bwd_s"]) for i in range(n)) for p in parts)
+    blocks = [statistics.median(statistics.mean(p[i]["block_fwd_s"]) for i in range(n)) for p in parts
+              if p[0]["block_fwd_s"]]
+    return {"overall": statistics.median(times), "stage_fwd_max": fwd, "stage_bwd_max": bwd,
+            "encoder_fwd": max(blocks), "tp_allreduce": per_step(lambda q: q["tp_comm_s"]),
+            "grad_sync": per_step(lambda q: q["grad_sync_s"]), "update": per_step(lambda q: q["update_s"]),
+            "steps_s": times}
+
+
+def part_runs(paths, steps: int, warmup: int) -> None:
+    from tqdm import tqdm
+
+    from lab.training.netns import ShapedNetwork, netns_unavailable
+    from lab.training.perfmodel.parallel import measure_steps
+
+    runs = []
+    for cfg in tqdm(CONFIGS, desc="validation runs (loopback)"):
+        t, ranks = measure_steps(cfg, steps=steps, warmup=warmup, detail=True)
+        runs.append({"config": cfg.model_dump(mode="json"), "tier": "loopback", "measured": _summarise_run(t, ranks, cfg)})
+    why = netns_unavailable()
+    if why is None:
+        with ShapedNetwork(n_hosts=2, rate_mbit=SLOW_MBIT) as net:
+            for cfg in tqdm(SHAPED_CONFIGS, desc="validation runs (slow tier)"):
+                t, ranks = measure_steps(cfg, steps=steps, warmup=warmup, detail=True, network=net, hosts=[0, 1])
+                runs.append({"config": cfg.model_dump(mode="json"), "tier": "slow",
+                             "measured": _summarise_run(t, ranks, cfg)})
+    else:
+        print(f"shaped-tier runs skipped: {why}", file=sys.stderr)
+    _save(paths["runs"], {"runs": runs, "netns_skipped": why, "steps": steps, "warmup": warmup})
+
+
+def _predicted_components(pred, cfg: PerfConfig) -> dict:
+    by = pred.plan.by_operator
+    layer0 = [o for o in decompose(cfg) if o.layer == 0]
+    # encoder_fwd: one block's forward (its operators' times; by_operator sums over layers, so divide)
+    n0 = cfg.stage_layers()[0]
+    enc = sum(by.get((0, o.name, "fwd"), 0.0) for o in layer0) / n0
+    tp = max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
+             for s in range(cfg.pp)) * cfg.n_micro_batches
+    return {"overall": pred.total_s, "stage_fwd_max": pred.max_fwd_s, "stage_bwd_max": pred.max_bwd_s,
+            "encoder_fwd": enc, "tp_allreduce": tp, "grad_sync": pred.grad_sync_s, "update": pred.update_s}
+
+
+def _ci(values, n=2000, seed=0):
+    v = np.asarray(values, float)
+    rng = np.random.default_rng(seed)
+    boots = [float(np.mean(rng.choice(v, len(v)))) for _ in range(n)]
+    return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+
+
+def part_report(paths, out: Path, seeds: int) -> dict:
+    samples = json.loads(paths["samples"].read_text())
+    comm_d = json.loads(paths["comm"].read_text())
+    runs_d = json.loads(paths["runs"].read_text())
+    comm = CommModel(comm_d["rows"])
+    t0 = time.perf_counter()
+    models = [fit_primitives(samples, seed=s) for s in range(seeds)]
+    fit_s = time.perf_counter() - t0
+    hw = {"loopback": local_hardware(comm, tier="loopback", world=2)}
+    if "slow" in comm.tiers():
+        hw["slow"] = local_hardware(comm, tier="slow", world=2, gpus_per_node=1)
+    rows = []
+    for run in runs_d["runs"]:
+        cfg = PerfConfig.model_validate(run["config"])
+        tier = run["tier"]
+        placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
+        preds = [LearnedPredictor(m, comm).predict(cfg, placement) for m in models]
+        base = LearnedPredictor(models[0].linear_base_only(), comm).predict(cfg, placement)
+        roof = Roofline.predict(cfg, hw[tier], method="simulate")
+        meas = run["measured"]
+        comp_pred = [_predicted_components(p, cfg) for p in preds]
+        comp_base, comp_roof = _predicted_components(base, cfg), _predicted_components(roof, cfg)
+        row = {"config": run["config"], "tier": tier, "measured_s": meas["overall"],
+               "predicted_s": comp_pred[0]["overall"],
+               "predicted_s_per_seed": [c["overall"] for c in comp_pred],
+               "roofline_s": roof.total_s, "linear_base_s": base.total_s,
+               "prediction_time_s": preds[0].prediction_s, "steps_s": meas["steps_s"],
+               "components": {}}
+        row["error"] = (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        row["roofline_error"] = (row["roofline_s"] - row["measured_s"]) / row["measured_s"]
+        row["linear_base_error"] = (row["linear_base_s"] - row["measured_s"]) / row["measured_s"]
+        for c in COMPONENTS:
+            m_ = meas[c]
+            if m_ <= 1e-5 or comp_pred[0][c] == 0.0 and comp_roof[c] == 0.0:
+                continue  # the component is absent in this configuration (no TP, no DP)
+            row["components"][c] = {"measured_s": m_, "predicted_s": comp_pred[0][c], "roofline_s": comp_roof[c],
+                                    "linear_base_s": comp_base[c],
+                                    "error": (comp_pred[0][c] - m_) / m_, "roofline_error": (comp_roof[c] - m_) / m_,
+                                    "linear_base_error": (comp_base[c] - m_) / m_}
+        rows.append(row)
+
+    def summary(key):
+        errs = [abs(r[key]) * 100 for r in rows]
+        return {"mape": float(np.mean(errs)), "ci95": _ci(errs)}
+
+    components = {}
+    for c in COMPONENTS:
+        have = [r["components"][c] for r in rows if c in r["components"]]
+        if not have:
+            continue
+        components[c] = {"n_configs": len(have),
+                         "mape": float(np.mean([abs(h["error"]) for h in have]) * 100),
+                         "mean_signed_error": float(np.mean([h["error"] for h in have]) * 100),
+                         "roofline_mape": float(np.mean([abs(h["roofline_error"]) for h in have]) * 100),
+                         "linear_base_mape": float(np.mean([abs(h["linear_base_error"]) for h in have]) * 100)}
+        components[c]["better_than_roofline"] = components[c]["mape"] < components[c]["roofline_mape"]
+    per_seed = [float(np.mean([abs(r["predicted_s_per_seed"][s] - r["measured_s"]) / r["measured_s"] for r in rows]) * 100)
+                for s in range(seeds)]
+    step_cv = [float(np.std(r["steps_s"]) / np.mean(r["steps_s"]) * 100) for r in rows]
+    result = {
+        "benchmark": "perfmodel",
+        "configs": rows,
+        "mape": summary("error")["mape"], "mape_ci95": summary("error")["ci95"],
+        "mape_per_seed": per_seed,
+        "roofline_mape": summary("roofline_error")["mape"], "roofline_mape_ci95": summary("roofline_error")["ci95"],
+        "linear_base_mape": summary("linear_base_error")["mape"],
+        "components": components,
+        "goals": {"mape_le_5": summary("error")["mape"] <= 5.0,
+                  "better_than_roofline_every_component": all(v["better_than_roofline"] for v in components.values()),
+                  "prediction_under_1s": max(r["prediction_time_s"] for r in rows) < 1.0},
+        "prediction_time_s": {"max": max(r["prediction_time_s"] for r in rows),
+                              "median": statistics.median(r["prediction_time_s"] for r in rows)},
+        "regressors": models[0].table(), "fit_time_s_all_seeds": fit_s,
+        "measurement": {"steps": runs_d["steps"], "warmup": runs_d["warmup"],
+                        "step_time_cv_percent_median": statistics.median(step_cv),
+                        "netns_skipped": runs_d.get("netns_skipped"), "slow_rate_mbit": comm_d.get("slow_rate_mbit"),
+                        "slow_goodput_mbit": comm_d.get("slow_goodput_mbit"),
+                        "n_samples": len(samples["samples"]), "engine_overhead_s": samples["engine_overhead_s"]},
+        "hardware_local": {k: h.model_dump(mode="json") for k, h in hw.items()},
+        "comm_alpha_beta": {f"{k[0]}:{k[1]}:{k[2]}": c.alpha_beta() for k, c in comm.curves.items()},
+    }
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.perfmodel", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/perfmodel.json"))
+    ap.add_argument("--part", default="all", choices=["all", "sample", "comm", "runs", "report"])
+    ap.add_argument("--configs", type=int, default=60, help="sampler model configurations")
+    ap.add_argument("--steps", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--comm-repeats", type=int, default=15)
+    ap.add_argument("--seeds", type=int, default=3)
+    a = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    paths = _paths(a.out)
+    if a.part in ("all", "sample"):
+        part_sample(paths, a.configs)
+    if a.part in ("all", "comm"):
+        part_comm(paths, a.comm_repeats)
+    if a.part in ("all", "runs"):
+        part_runs(paths, a.steps, a.warmup)
+    if a.part in ("all", "report"):
+        write(a.out, part_report(paths, a.out, a.seeds))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
