@@ -93,6 +93,7 @@ shortened claim sweeps.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 from collections import deque
@@ -738,7 +739,7 @@ def run(priors=("gaussian", "gaussian-samples", "empirical", "learned"), nfes=NF
             mode = "full" if device.type == "cuda" else "short"
         short = quick or mode == "short"
         spec_tasks = tuple(tasks) if tasks else spec.tasks_for(x.shape)
-        info[spec.name] = {"dataset": spec.dataset, "kind": spec.kind, "note": spec.note, "test_split_size": int(test.shape[0]),
+        info[spec.name] = {"dataset": spec.dataset, "label": spec.prior_label, "kind": spec.kind, "note": spec.note, "test_split_size": int(test.shape[0]),
                            "n_images": int(x.shape[0]), "image_shape": list(x.shape[1:]), "tasks": list(spec_tasks),
                            "tuning_key": getattr(prior, "tuning_key", None), "nfes": list(spec_nfes),
                            "device": str(device), "methods": list(spec_methods),
@@ -778,36 +779,92 @@ def run(priors=("gaussian", "gaussian-samples", "empirical", "learned"), nfes=NF
     }
 
 
-def merge(result: dict, previous: dict, source: str) -> dict:
-    """``result`` plus every entry of ``previous`` (an earlier run's JSON) for the priors this run did not
-    run: their rows, paired rows, claims, goals, ``priors``, ``degraded`` and ``learned_priors`` entries are
-    carried over unchanged, and ``inputs["carried_over"]`` names them, with the run they came from.
+def _row_key(r: dict) -> tuple:
+    return (r["prior"], r["dataset"], r["task"], r["nfe"], r["method"])
 
-    A prior is identified by its ``priors`` key (``gaussian``, ``gaussian-samples``, ...); rows by
-    ``(prior, dataset)``. Used to assemble the committed table from runs of a few priors each.
+
+def annotate(result: dict) -> dict:
+    """Fill, on every row that lacks them (rows carried over from a run before these keys existed), the
+    per-row keys that can be derived without re-running: ``below_naive`` (against the naive row of the same
+    prior, dataset, task and NFE, recomputed on every row), ``tuning_budget`` (from ``hyper_source`` and
+    :func:`lab.generative.tuning.tuning_budget`) and a normal-theory ``psnr_ci95`` (mean +- 1.96 std / sqrt(n),
+    marked ``psnr_ci95_method = "normal"``: the per-image values of a carried row were not kept, so no
+    bootstrap and no paired rows exist for it). Modifies and returns ``result``."""
+    from lab.generative.tuning import tuning_budget
+
+    naive = {_row_key(r)[:4]: r["psnr"] for r in result["results"] if r["method"] == "naive"}
+    for r in result["results"]:
+        ref = naive.get(_row_key(r)[:4])
+        r["below_naive"] = bool(ref is not None and r["method"] != "naive" and r["psnr"] < ref)
+        if "tuning_budget" not in r:
+            src = str(r.get("hyper_source", ""))
+            kind = src.split(":", 1)[1].split("@", 1)[0] if src.startswith("tuned:") else None
+            r["tuning_budget"] = tuning_budget(kind, r["task"], r["method"], r["nfe"]) if kind else 0
+        if "psnr_ci95" not in r and r.get("psnr_std") is not None:
+            h = 1.96 * r["psnr_std"] / math.sqrt(max(int(r["n_images"]), 1))
+            r["psnr_ci95"] = [_r(r["psnr"] - h), _r(r["psnr"] + h)]
+            r["psnr_ci95_method"] = "normal"
+    return result
+
+
+def merge(result: dict, previous: dict, source: str) -> dict:
+    """An earlier run's JSON (``previous``) with this run's rows put in: the table assembled from runs of parts.
+
+    Rows (and paired rows) are keyed by ``(prior, dataset, task, nfe, method)`` (``+ versus``): a row of this
+    run replaces the earlier one in place, the others are carried over unchanged. ``priors``: this run's
+    entry where it replaced every earlier row of that prior, else the earlier entry with this run's under
+    ``reruns``. Claims are carried over for every prior whose claims this run did not run. ``degraded`` is
+    updated per task, goals are recomputed from the merged rows, and :func:`annotate` fills what carried
+    rows lack. ``inputs["carried_over"]`` says what came from where.
     """
     out = dict(result)
-    ran = set(result["priors"])
-    carried = [name for name in previous.get("priors", {}) if name not in ran]
-    pairs = {(r["prior"], r["dataset"]) for r in result["results"]}
-    old_ds = {name: info.get("dataset") for name, info in previous.get("priors", {}).items()}
-    keep_row = lambda r: (r["prior"], r["dataset"]) not in pairs  # noqa: E731
-    out["results"] = [r for r in previous.get("results", []) if keep_row(r)] + result["results"]
-    out["paired"] = [r for r in previous.get("paired", []) if keep_row(r)] + result["paired"]
-    out["claims"] = [c for c in previous.get("claims", []) if c.get("prior") not in ran] + result["claims"]
-    out["goals"] = [g for g in previous.get("goals", []) if g.get("prior") is not None
-                    and (g["prior"], g.get("dataset", old_ds.get(g["prior"]))) not in pairs] + \
-                   [g for g in result["goals"] if g.get("prior") is not None or not any(
-                       previous["priors"].get(n, {}).get("kind") == "learned" for n in carried)]
-    out["priors"] = {**{n: previous["priors"][n] for n in carried}, **result["priors"]}
-    out["degraded"] = {**{n: previous.get("degraded", {}).get(n, {}) for n in carried}, **result["degraded"]}
+    new = {_row_key(r): r for r in result["results"]}
+    old_keys = {_row_key(r) for r in previous.get("results", [])}
+    out["results"] = [new.get(_row_key(r), r) for r in previous.get("results", [])] + \
+        [r for r in result["results"] if _row_key(r) not in old_keys]
+    pkey = lambda r: (*_row_key(r), r["versus"])  # noqa: E731
+    new_p = {pkey(r): r for r in result.get("paired", [])}
+    old_p = {pkey(r) for r in previous.get("paired", [])}
+    out["paired"] = [new_p.get(pkey(r), r) for r in previous.get("paired", [])] + \
+        [r for r in result.get("paired", []) if pkey(r) not in old_p]
+    priors: dict = {}
+    kept = []
+    for name, info in previous.get("priors", {}).items():
+        if name not in result["priors"]:
+            priors[name] = info
+            continue
+        label = info.get("label", name)
+        left = [k for k in old_keys if (k[0], k[1]) == (label, info.get("dataset")) and k not in new]
+        if left:
+            priors[name] = dict(info, reruns=[*info.get("reruns", []), result["priors"][name]])
+            kept.append(name)
+        else:
+            priors[name] = result["priors"][name]
+    for name, info in result["priors"].items():
+        priors.setdefault(name, info)
+    out["priors"] = priors
+    no_claims = {n for n, info in result["priors"].items() if info.get("claims") == "none"}
+    kept_claims = sorted({c.get("prior") for c in previous.get("claims", []) if c.get("prior") in no_claims})
+    out["claims"] = [c for c in previous.get("claims", []) if c.get("prior") not in result["priors"] or c.get("prior") in no_claims] \
+        + result["claims"]
+    degraded = json.loads(json.dumps(previous.get("degraded", {})))
+    for name, by_task in result.get("degraded", {}).items():
+        degraded.setdefault(name, {}).update(by_task)
+    out["degraded"] = degraded
     out["learned_priors"] = {**previous.get("learned_priors", {}), **result["learned_priors"]}
+    specs = [PriorSpec(name, info.get("dataset"), None, info.get("kind", "exact"),
+                       ceiling=any(r["method"] == "bayes" and (r["prior"], r["dataset"]) == (info.get("label", name), info.get("dataset"))
+                                   for r in out["results"]), label=info.get("label"))
+             for name, info in priors.items()]
+    out["goals"] = goals(out["results"], specs, sorted({r["nfe"] for r in out["results"]}))
     inputs = dict(result["inputs"])
-    inputs["carried_over"] = {"from": source, "priors": carried,
-                              "their_inputs": previous.get("inputs", {}).get("carried_over") or previous.get("inputs")}
+    inputs["carried_over"] = {"from": source, "priors_carried": [n for n in previous.get("priors", {}) if n not in result["priors"]],
+                              "priors_partly_rerun": kept, "claims_of": kept_claims,
+                              "rows_carried": sum(_row_key(r) not in new for r in previous.get("results", [])),
+                              "their_inputs": previous.get("inputs", {})}
     out["inputs"] = inputs
     out["seconds"] = round(result["seconds"] + (previous.get("seconds") or 0.0), 1)
-    return out
+    return annotate(out)
 
 
 def _positive_int(text: str) -> int:
@@ -859,7 +916,6 @@ def main(argv=None) -> None:
         log=None if a.quiet else _stderr_log,
     )
     if a.merge:
-        import json
         from pathlib import Path
 
         result = merge(result, json.loads(Path(a.merge).read_text()), a.merge)

@@ -121,24 +121,43 @@ def test_bootstrap_interval():
     assert R.bootstrap_ci((a + 0.1) - a) == [pytest.approx(0.1), pytest.approx(0.1)]
 
 
-def test_merge_carries_over_the_priors_not_run(quick):
-    old = {"priors": {"gaussian": {"dataset": "sklearn-digits-8x8"}, "mnist": {"dataset": "mnist", "kind": "learned"}},
-           "results": [{"prior": "gaussian", "dataset": "sklearn-digits-8x8", "task": "sr2", "method": "flower", "psnr": 1.0},
-                       {"prior": "mnist", "dataset": "mnist", "task": "sr4", "method": "flower", "psnr": 2.0}],
+def test_merge_puts_a_run_into_an_earlier_table_row_by_row(quick):
+    row = lambda prior, ds, task, nfe, method, psnr, **kw: dict(  # noqa: E731
+        prior=prior, dataset=ds, task=task, nfe=nfe, method=method, psnr=psnr, psnr_std=2.0, n_images=16,
+        hyper_source="paper", **kw)
+    old = {"priors": {"gaussian": {"dataset": "sklearn-digits-8x8", "kind": "exact"},
+                      "mnist": {"dataset": "mnist", "kind": "learned"}},
+           "results": [row("gaussian", "sklearn-digits-8x8", "sr2", 20, "flower", 1.0),
+                       row("mnist", "mnist", "sr4", 20, "flower", 2.0), row("mnist", "mnist", "sr4", 50, "flower", 2.5),
+                       row("mnist", "mnist", "sr4", 20, "rebridge", 9.0)],
            "paired": [], "claims": [{"prior": "mnist", "claim": "c"}, {"prior": "gaussian", "claim": "old"}],
-           "goals": [{"prior": "mnist", "nfe": 20}, {"prior": "gaussian", "nfe": 20}],
-           "degraded": {"mnist": {"sr4": {"psnr": 3.0}}}, "learned_priors": {"mnist": "included"},
-           "inputs": {"n_images": 40}, "seconds": 10.0}
-    new = dict(quick, benchmark="restoration")
-    out = R.merge(new, old, "old.json")
-    assert set(out["priors"]) == {"gaussian", "mnist"} and out["priors"]["gaussian"] == quick["priors"]["gaussian"]
-    assert [r["psnr"] for r in out["results"] if r["prior"] == "mnist"] == [2.0]
-    assert all(r["psnr"] != 1.0 for r in out["results"] if r["prior"] == "gaussian")  # the new rows replace the old
-    assert len(out["results"]) == len(quick["results"]) + 1
+           "goals": [], "degraded": {"mnist": {"sr4": {"psnr": 3.0}}}, "learned_priors": {"mnist": "included"},
+           "inputs": {"n_images": 16}, "seconds": 10.0}
+    # a partial rerun of mnist: the floor at NFE 20, without its claims
+    part = {"priors": {"mnist": {"dataset": "mnist", "kind": "learned", "claims": "none"}},
+            "results": [row("mnist", "mnist", "sr4", 20, "naive", 5.0, tuning_budget=0, psnr_ci95=[4.0, 6.0], below_naive=False)],
+            "paired": [], "claims": [], "degraded": {"mnist": {"sr4": {"psnr": 5.0}}}, "learned_priors": {},
+            "inputs": {"n_images": 16}, "seconds": 1.0}
+    out = R.merge(part, old, "old.json")
+    by = {(r["task"], r["nfe"], r["method"]): r for r in out["results"] if r["prior"] == "mnist"}
+    assert set(by) == {("sr4", 20, "flower"), ("sr4", 50, "flower"), ("sr4", 20, "rebridge"), ("sr4", 20, "naive")}
+    # below the floor is flagged on carried rows too, at the same NFE only; carried rows get a normal interval
+    assert by["sr4", 20, "flower"]["below_naive"] is True and by["sr4", 20, "rebridge"]["below_naive"] is False
+    assert by["sr4", 50, "flower"]["below_naive"] is False  # no naive row at NFE 50
+    assert by["sr4", 20, "flower"]["psnr_ci95"] == [pytest.approx(2.0 - 0.98), pytest.approx(2.0 + 0.98)]
+    assert by["sr4", 20, "flower"]["psnr_ci95_method"] == "normal" and "psnr_ci95_method" not in by["sr4", 20, "naive"]
+    assert by["sr4", 20, "flower"]["tuning_budget"] == 0  # the paper's values
+    assert out["priors"]["mnist"]["reruns"] == [part["priors"]["mnist"]]  # partly rerun: the earlier entry is kept
+    assert [c["claim"] for c in out["claims"]] == ["c", "old"] and out["inputs"]["carried_over"]["claims_of"] == ["mnist"]
+    assert out["degraded"]["mnist"] == {"sr4": {"psnr": 5.0}}
+    assert out["inputs"]["carried_over"]["priors_carried"] == ["gaussian"]
+    assert out["inputs"]["carried_over"]["priors_partly_rerun"] == ["mnist"]
+    # a full rerun of a prior replaces its rows and its entry; the quick run's rows all come in
+    out = R.merge(dict(quick, benchmark="restoration"), old, "old.json")
+    gauss = [r for r in out["results"] if r["prior"] == "gaussian"]
+    assert len(gauss) == len(quick["results"]) and all(r["psnr"] != 1.0 for r in gauss)  # the old sr2/flower row replaced
+    assert out["priors"]["gaussian"] == quick["priors"]["gaussian"]  # every earlier row replaced: the new entry
     assert [c["claim"] for c in out["claims"] if c["prior"] == "gaussian"] == [c["claim"] for c in quick["claims"]]
-    assert {"prior": "mnist", "nfe": 20} in out["goals"] and {"prior": "gaussian", "nfe": 20} not in out["goals"]
-    assert out["degraded"]["mnist"] == {"sr4": {"psnr": 3.0}}
-    assert out["inputs"]["carried_over"] == {"from": "old.json", "priors": ["mnist"], "their_inputs": {"n_images": 40}}
 
 
 def test_claims_rows(quick):

@@ -452,8 +452,13 @@ def tune(prior_kind: str = "gaussian-digits", methods: Iterable[str] | None = No
     }
 
 
-def write_tuned(record: dict, path: str | Path = TUNED_PATH, command: str | None = None) -> dict:
-    """Merge one :func:`tune` record into the JSON file at ``path`` (other prior kinds are kept); returns the file's content."""
+def write_tuned(record: dict, path: str | Path = TUNED_PATH, command: str | None = None, update: bool = False) -> dict:
+    """Merge one :func:`tune` record into the JSON file at ``path`` (other prior kinds are kept); returns the file's content.
+
+    ``update=True`` merges the record's methods into the kind's existing entry instead of replacing it
+    (the other methods' values and records are kept; ``updates`` lists each such merge with its command,
+    budget and split), e.g. to tune one new method without re-running the others.
+    """
     path = Path(path)
     data = json.loads(path.read_text()) if path.exists() else {}
     data.setdefault("format", "lab.generative tuned hyper-parameters, version 1")
@@ -462,7 +467,16 @@ def write_tuned(record: dict, path: str | Path = TUNED_PATH, command: str | None
     entry = dict(record)
     entry["command"] = command or "python -m lab.generative.tuning " + " ".join(sys.argv[1:])
     entry["machine"] = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
-    data.setdefault("kinds", {})[record["prior"]] = entry
+    old = data.setdefault("kinds", {}).get(record["prior"])
+    if update and old:
+        merged = json.loads(json.dumps(old))
+        for key in ("tuned", "search"):
+            for task, by_m in record[key].items():
+                merged.setdefault(key, {}).setdefault(task, {}).update(by_m)
+        merged.setdefault("updates", []).append({k: entry[k] for k in ("command", "machine", "spaces", "budget", "split",
+                                                                      "tasks", "nfes", "seed", "n_images", "rule")})
+        entry = merged
+    data["kinds"][record["prior"]] = entry
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
@@ -508,8 +522,7 @@ def tuning_budget(kind: str | None, task: str, method: str, nfe: int, path: str 
     if kind is None or (method in METHODS and not dataclasses.fields(METHODS[method].Config)):
         return 0
     entry = load_tuned(path).get("kinds", {}).get(kind, {})
-    by_task = entry.get("search") or entry.get("scores") or {}
-    by_nfe = by_task.get(task, {}).get(method)
+    by_nfe = entry.get("search", {}).get(task, {}).get(method) or entry.get("scores", {}).get(task, {}).get(method)
     if not by_nfe:
         return 0
     best = min((int(n) for n in by_nfe), key=lambda n: (abs(n - int(nfe)), n))
@@ -531,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-val", type=int, default=None,
                     help=f"validation images (default: all 100 digits; {LEARNED_N_VAL} for a learned kind)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--update", action="store_true",
+                    help="merge the tuned methods into the kind's existing entry (keep the other methods' values)")
     args = ap.parse_args(argv)
     command = "python -m lab.generative.tuning " + " ".join(sys.argv[1:] if argv is None else argv)
     for kind in args.prior or ["gaussian-digits"]:
@@ -539,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = tune(kind, methods=args.methods, tasks=args.tasks, nfes=nfes, budget=args.budget, seed=args.seed, n_val=args.n_val,
                    progress=None if args.quiet else (lambda s: print(s, flush=True)))
         rec["seconds"] = round(time.perf_counter() - t0, 1)
-        write_tuned(rec, args.out, command)
+        write_tuned(rec, args.out, command, update=args.update)
         print(f"{kind}: tuned {len(rec['tasks'])} tasks x {len(rec['nfes'])} NFE x {len(rec['spaces'])} methods "
               f"in {rec['seconds']} s -> {args.out}", flush=True)
     return 0
