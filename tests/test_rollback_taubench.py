@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.provenance.repair import MEMORY_REPLAY, PlannerRules
-from lab.provenance.repair.evaluate import method_fn, run_oracle, score_case
+from lab.provenance.repair import MEMORY_REPLAY, PlannerRules, repair
+from lab.provenance.repair.evaluate import method_fn, run_failed, run_oracle, score_case
 from lab.provenance.repair.runner import run_program
 from lab.provenance.repair.store import MemTXMemory
 from lab.provenance.repair.taubench import _stress_env, load_trajectories, program_from_trajectory, stress_cases
@@ -42,3 +42,24 @@ def test_stress_cases_recovered_by_ours(trajectories):
         assert validated.recovered == (c.failure != "derived") and validated.answer_ok and validated.state_ok, c.id
     rows = [score_case(c, method_fn("delete_source")) for c in cases]
     assert not any(r.recovered for r in rows)
+
+
+def test_corrupted_write_is_rebuilt_from_its_recorded_result_not_replayed(trajectories):
+    # a poisoned memory write of a real run: the fetch's recorded tool result still says the true value, so the
+    # record is rewritten from it and the fetch is no prerequisite of the replay (fewer steps, same recovery)
+    case = stress_cases(1, seed=0, trajectories=trajectories)[0]
+    assert case.failure == "poisoned"
+    fid = next(iter(case.faulty))
+    writer = fid.split("/")[-2]
+    rows = {}
+    for rebuild in (False, True):
+        rules = MEMORY_REPLAY.model_copy(update={"rebuild": rebuild})
+        failed = run_failed(case)
+        env, store = failed.env.copy(), failed.store.copy()
+        res = repair(case.program, failed.trace, store, env, dict(case.faulty), rules)
+        rows[rebuild] = (res, store, score_case(case, method_fn("", rules)))
+    (old, _, old_row), (new, store, new_row) = rows[False], rows[True]
+    assert writer in old.replayed and writer not in new.replayed and len(new.replayed) == len(old.replayed) - 1
+    assert new.rebuilt == [f"{fid}@rebuilt"] and store.get(f"{fid}@rebuilt").value == case.meta["value"]
+    assert store.get(fid).status == "quarantined" and "rebuilt from" in new.plan.entries[fid].why
+    assert old_row.recovered and new_row.recovered and new_row.replay_steps < old_row.replay_steps and new_row.rebuilt == 1

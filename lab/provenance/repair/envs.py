@@ -164,10 +164,13 @@ class ToolEnv:
         return {t: copy.deepcopy(self.db.get(t, {})) for t in sorted({tool.table for tool in self.tools.values() if tool.kind == "write"})}
 
     def copy(self) -> ToolEnv:
-        env = ToolEnv(self.domain, self._initial, list(self.tools.values()))
+        """An independent copy (its own database and journal; the initial state and the recorded read results,
+        which nothing changes, are shared)."""
+        env = ToolEnv.__new__(ToolEnv)
+        env.domain, env._initial, env.tools = self.domain, self._initial, dict(self.tools)
         env.db = copy.deepcopy(self.db)
         env.journal = list(self.journal)
-        env.overrides = copy.deepcopy(self.overrides)
+        env.overrides = self.overrides
         return env
 
 

@@ -6,8 +6,9 @@ state), **faulty_removed** (no diagnosed faulty record is active), **benign_kept
 still there: a prior session's record by its id, this run's by an active record of its key with its value;
 benign = active after the failed run, not faulty, and agreeing with the oracle memory), claim-invalidation
 counts (the claims that must be invalidated are the claim steps whose text differs from the oracle run's; the
-predicted ones are those the method invalidated or replayed) and **replay_steps** (step executions; full
-replay = the number of steps). :func:`summarise` pools cases with Wilson / bootstrap 95% intervals.
+predicted ones are those the method invalidated or replayed), **replay_steps** (step executions; full
+replay = the number of steps) and **rebuilt** (memory records rewritten from a recorded tool result, no step
+executed; summed as ``memory_rebuilt``). :func:`summarise` pools cases with Wilson / bootstrap 95% intervals.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class CaseScore:
     steps: int
     irreversible: int
     refused: str = ""
+    rebuilt: int = 0
+    replay_unchanged: int = 0
 
 
 def run_failed(case: Case) -> Outcome:
@@ -120,7 +123,29 @@ def score_case(case: Case, fn: Callable, failed: Outcome | None = None, oracle: 
         case.id, case.domain, case.failure, answer_ok and state_ok and memory_ok, answer_ok, state_ok, memory_ok,
         follow != oracle.follow, removed, kept / len(benign) if benign else 1.0,
         len(must & pred), len(pred - must), len(must - pred), res.replay_steps, len(case.program.steps), len(res.irreversible), refused,
+        len(res.rebuilt), _unchanged(res, failed.store, store),
     )
+
+
+def _unchanged(res: RepairResult, before, after) -> int:
+    """Replayed steps whose re-execution changed nothing: the same claim / answer text, derived value, action
+    arguments, or (a fetch) no memory value written other than what its first execution wrote."""
+    if not res.replayed or res.trace is None:
+        return 0
+    first = {s.step: s for s in res.trace.steps if s.generation == 0}
+    gen = max(s.generation for s in res.trace.steps)
+    n = 0
+    for s in res.trace.steps:
+        if s.generation != gen or s.generation == 0 or s.step not in first:
+            continue
+        old = first[s.step]
+        if s.kind == "fetch":
+            new_mem = [after.get(p) for p in s.produces if p in after]
+            old_vals = {(before.get(p).key, repr(before.get(p).value)) for p in old.produces if p in before}
+            n += all((m.key, repr(m.value)) in old_vals for m in new_mem)
+        else:
+            n += s.output == old.output
+    return n
 
 
 def _step_of(record_id: str, trace: Trace) -> str:
@@ -168,5 +193,7 @@ def summarise(rows: list[CaseScore], *, boot: int = 1000, seed: int = 0) -> dict
         "replay_fraction": round(sum(r.replay_steps for r in rows) / sum(r.steps for r in rows), 4), "replay_fraction_ci": [round(fracs[lo], 4), round(fracs[hi], 4)],
         "answer_ok": round(sum(r.answer_ok for r in rows) / n, 4), "state_ok": round(sum(r.state_ok for r in rows) / n, 4), "memory_ok": round(sum(r.memory_ok for r in rows) / n, 4),
         "irreversible_effects": sum(r.irreversible for r in rows),
+        "memory_rebuilt": sum(r.rebuilt for r in rows),
+        "replay_unchanged": sum(r.replay_unchanged for r in rows),
         "refused": sum(bool(r.refused) for r in rows),
     }

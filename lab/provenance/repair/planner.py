@@ -31,6 +31,13 @@ memory ids, :func:`plan_repair` decides for every affected node what to do and w
    ``"suffix"``    every step from the first tainted one (the no-selective-replay ablation);
    ``"all"``       every step (full replay).
 
+   A rule of ours for corrupted memory writes: ``rebuild`` rewrites a diagnosed record from the tool result its
+   step recorded when that result says something else at the record's path (the write diverged from what the
+   tool returned, so the recorded result is the surviving source; MemTX's "rebuilt from surviving sources"): the
+   key is restored without re-running the step, so the step is no prerequisite of the replay. A record with
+   no recorded result (a prior session's, a cached lookup's) or one that agrees with its result (a poisoned
+   post faithfully remembered) is not rebuilt.
+
    Two more rules of ours: ``expand`` adds to a *poisoned* diagnosis the other memory records written from an
    identical tool result (same call, same content: the same planted post read twice in a session), which the
    diagnosis names once; ``confirm`` keeps a replayed record or claim whose re-derived value is identical
@@ -68,6 +75,7 @@ class PlannerRules(BaseModel):
     trust_min: float = Field(0.9, ge=0.0, le=1.0)
     expand: bool = True
     confirm: bool = True
+    rebuild: bool = False
 
 
 #: Ours with memory re-derivation: tied with the validated ``selective`` on the validation split (so not chosen),
@@ -75,7 +83,7 @@ class PlannerRules(BaseModel):
 MEMORY_REPLAY = PlannerRules(replay="selective+memory")
 
 #: The paper-faithful planner: any trusted independent support path preserves; selective replay.
-PAPER = PlannerRules(support="any", replay="selective", trust_min=0.9, expand=False, confirm=False)
+PAPER = PlannerRules(support="any", replay="selective", trust_min=0.9, expand=False, confirm=False, rebuild=False)
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,8 @@ class PlanEntry:
 @dataclass
 class Plan:
     """A repair plan: ``entries`` by node id, ``invalid`` (record ids), ``tainted`` (step ids), ``replay``
-    (step spec ids, in trace order), ``rules``."""
+    (step spec ids, in trace order), ``rebuild`` (faulty record id -> ``(key, value, source record id)``: the
+    records rewritten from their recorded tool result), ``rules``."""
 
     rules: PlannerRules
     faulty: dict[str, str]
@@ -103,6 +112,7 @@ class Plan:
     invalid: set[str] = field(default_factory=set)
     tainted: list[str] = field(default_factory=list)
     replay: list[str] = field(default_factory=list)
+    rebuild: dict[str, tuple] = field(default_factory=dict)
 
     def ops(self, op: str) -> list[str]:
         return [n for n, e in self.entries.items() if e.op == op]
@@ -176,6 +186,10 @@ def plan_repair(program: Program, trace: Trace, g: nx.MultiDiGraph, faulty: dict
         blocked |= {v for f in faulty for _, v, d in g.out_edges(f, data=True) if d["kind"] == "derive"}
     for fid, kind in faulty.items():
         why = f"diagnosed {kind}" if fid in plan_input else f"{kind}: written from the same tool result as a diagnosed record"
+        src = _rebuild_source(program, trace, g, fid, rules) if rules.rebuild else None
+        if src is not None:
+            plan.rebuild[fid] = src
+            why += f"; rebuilt from {src[2]} (its recorded tool result says {src[1]!r})"
         plan.entries[fid] = PlanEntry(fid, "memory", FAULT_OPS[kind], why)
     for s in trace.steps:
         sid = step_node(trace.run, s.step, s.generation)
@@ -251,6 +265,7 @@ def _prerequisites(program: Program, trace: Trace, g: nx.MultiDiGraph, plan: Pla
             writers.setdefault(k, []).append(spec.id)
     reinstated = set(plan.ops("reinstate"))
     still = {d["key"] for n, d in g.nodes(data=True) if d["type"] == "memory" and n not in plan.invalid and (d["status"] == "active" or n in reinstated)}
+    still |= {key for key, _, _ in plan.rebuild.values()}
     removed_keys = {g.nodes[r]["key"] for r in plan.invalid if g.nodes[r]["type"] == "memory"} - still
     changed = True
     while changed:
@@ -272,3 +287,22 @@ def _needs(writer: str, key: str, trace: Trace, g: nx.MultiDiGraph, plan: Plan) 
         return True
     mine = [p for p in rec.produces if g.nodes[p].get("key") == key]
     return not mine or all(p in plan.invalid for p in mine)
+
+
+def _rebuild_source(program: Program, trace: Trace, g: nx.MultiDiGraph, fid: str, rules: PlannerRules) -> tuple | None:
+    """``(key, value, source id)`` when faulty memory ``fid`` was written by a fetch step whose recorded, trusted
+    tool result states another value at the record's path (module docstring, ``rebuild``); else ``None``."""
+    from lab.provenance.repair.runner import extract
+
+    d = g.nodes[fid]
+    rec = next((s for s in trace.steps if s.generation == 0 and fid in s.produces), None)
+    if rec is None or rec.kind != "fetch":
+        return None
+    path = dict(program.step(rec.step).writes).get(d["key"])
+    src = next((p for p in rec.produces if g.nodes[p]["type"] == "source"), None)
+    if path is None or src is None or g.nodes[src].get("trust", 1.0) < rules.trust_min:
+        return None
+    value = extract(g.nodes[src]["content"], path)
+    if value is None or value == d["value"]:
+        return None
+    return d["key"], value, src

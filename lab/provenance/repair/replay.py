@@ -24,7 +24,7 @@ from lab.provenance.repair.envs import ToolEnv
 from lab.provenance.repair.graph import build_graph, step_node
 from lab.provenance.repair.planner import FAULT_OPS, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
 from lab.provenance.repair.runner import Program, Trace, execute_step, run_program
-from lab.provenance.repair.store import MemTXMemory
+from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
 __all__ = ["RepairResult", "repair", "BASELINES", "run_baseline", "apply_ops"]
 
@@ -33,8 +33,9 @@ __all__ = ["RepairResult", "repair", "BASELINES", "run_baseline", "apply_ops"]
 class RepairResult:
     """The outcome of a repair: the corrected ``answer``, the repaired ``trace`` (old steps kept, replayed ones
     appended with their generation), the repaired ``store`` and ``env`` (the objects passed in, changed),
-    the ``plan``, the step ids ``replayed`` (in order), the ``irreversible`` effects left in place, and
-    ``replay_steps`` (step executions, including a shadow run's)."""
+    the ``plan``, the step ids ``replayed`` (in order), the ``irreversible`` effects left in place,
+    ``replay_steps`` (step executions, including a shadow run's) and ``rebuilt`` (memory records rewritten from
+    a recorded tool result, no step executed: ``PlannerRules.rebuild``)."""
 
     answer: Any
     trace: Trace
@@ -44,6 +45,7 @@ class RepairResult:
     replayed: list[str] = field(default_factory=list)
     irreversible: list[str] = field(default_factory=list)
     replay_steps: int = 0
+    rebuilt: list[str] = field(default_factory=list)
 
 
 def apply_ops(store: MemTXMemory, plan: Plan) -> None:
@@ -162,6 +164,10 @@ def repair(program: Program, trace: Trace, store: MemTXMemory, env: ToolEnv, fau
             repaired = trace.copy()
             result = RepairResult(None, repaired, store, env, plan)
             apply_ops(store, plan)
+            for fid, (key, value, src) in plan.rebuild.items():
+                f = store.get(fid)
+                r = store.write(MemoryRecord(f"{fid}@rebuilt", key, value, f.time, repaired.records[src].trust, f.session, f.step))
+                result.rebuilt.append(r.id)
             if rules.replay == "all":
                 for r in store.records():
                     if r.session == trace.run and r.status in ("active", "superseded") and r.id not in plan.entries:

@@ -213,8 +213,9 @@ def _wrong(value: Any, rng: random.Random, others: list[Any]) -> Any:
     return str(value)[:-1] + ("7" if not str(value).endswith("7") else "3")
 
 
-def stress_cases(n: int = 50, seed: int = 0, trajectories: list[dict] | None = None) -> list[Case]:
-    """``n`` stress cases over the real runs, cycling over the four failure types (module docstring)."""
+def stress_cases(n: int = 50, seed: int = 0, trajectories: list[dict] | None = None, exclude: set[int] | frozenset[int] = frozenset()) -> list[Case]:
+    """``n`` stress cases over the real runs, cycling over the four failure types (module docstring);
+    ``exclude``: trajectory indices not to use (a validation split disjoint from the test set's runs)."""
     from lab.provenance.tasks import airline_db
     from lab.provenance.repair.cases import FAILURES
 
@@ -225,7 +226,7 @@ def stress_cases(n: int = 50, seed: int = 0, trajectories: list[dict] | None = N
     rng.shuffle(order)
     cases: list[Case] = []
     want = [FAILURES[i % 4] for i in range(n)]
-    used: set[int] = set()
+    used: set[int] = set(exclude)
     for failure in want:
         for i in order:
             if i in used:
