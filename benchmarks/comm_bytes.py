@@ -395,20 +395,35 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
         "fp32": {"bytes_fraction": 1.0, "rel_l2_ratio_vs_fp8": None},
     }
     main_row = next(x for x in rows if x["varied"] == "main")
+    per_layer = []
+    for layer in study.layers:
+        share, gains = [], []
+        for c in caps:
+            tot = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+            v = c["layers"][layer]
+            share.append(v["fp8"] / tot if tot > 0 else 0.0)
+            g = v["gift"].get(main)
+            if g:
+                gains.append(math.sqrt(v["fp8"] / g))
+        per_layer.append({"layer": layer, "selected": layer in set(main_row["selected"]),
+                          "fp8_error_energy_share": statistics.fmean(share),
+                          "gain_vs_fp8": statistics.fmean(gains) if gains else None,
+                          "factor_dims": study.factor_dims[layer]})
     sat = next(x for x in rows if x["selection"] == "saturation_top25")
     goals = {
-        "gift_bytes_le_0.27": {"goal": "GIFT-FP8 whole-run bytes <= 0.27 of fp32", "value": main_row["bytes_fraction"],
+        "gift_bytes_goal_bytes_le_0.27": {"goal": "GIFT-FP8 whole-run bytes <= 0.27 of fp32", "value": main_row["bytes_fraction"],
                                "met": main_row["bytes_fraction"] <= 0.27},
-        "gift_selected_2x": {"goal": "codec error >= 2x below Euclidean E4M3 on the selected layers (mean over captures)",
+        "gift_bytes_goal_selected_2x": {"goal": "codec error >= 2x below Euclidean E4M3 on the selected layers (mean over captures)",
                              "value": main_row["rel_l2_ratio_vs_fp8_selected"],
                              "worst_capture": main_row["rel_l2_ratio_vs_fp8_selected_min"],
                              "met": (main_row["rel_l2_ratio_vs_fp8_selected"] or 0) >= 2.0},
-        "gift_whole_1.5x": {"goal": "codec error >= 1.5x below Euclidean E4M3 on the whole model (mean over captures)",
+        "gift_bytes_goal_whole_1.5x": {"goal": "codec error >= 1.5x below Euclidean E4M3 on the whole model (mean over captures)",
                             "value": main_row["rel_l2_ratio_vs_fp8"], "worst_capture": main_row["rel_l2_ratio_vs_fp8_min"],
                             "met": (main_row["rel_l2_ratio_vs_fp8"] or 0) >= 1.5},
     }
     return {
         "rows": rows, "references": refs, "main": {"config": main, **main_row}, "paper_saturation_rule": sat,
+        "per_layer_main_config": per_layer,
         "profile": {"seed": s.profile_seed, "steps": s.profile_steps, "whole_model_gain_by_config": profile_gain,
                     "selections": {k: {r: list(v) for r, v in sel.items()} for k, sel in selections.items()}},
         "goals": goals,

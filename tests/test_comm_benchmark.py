@@ -161,3 +161,33 @@ def test_committed_full_run_reports_the_tuned_best_variant_and_consistent_goals(
     assert t["fp8"]["bytes_per_step"] < rank0["bytes_per_step"] < gift["bytes_per_step"]
     layers = {r["layer"] for r in full["codecs_detail"]["per_layer"]}
     assert {"tok_emb", "pos_emb", "head"} <= layers
+
+
+def test_committed_bytes_curve_follows_the_hooks_byte_accounting_and_its_goals():
+    """benchmarks/results/comm.json's bytes_curve (issue #23 item 2): every row's bytes are the FP8 payload plus
+    the hook's side bytes (side_bytes_per_refresh of the selected layers' factors, times the schedule's refreshes),
+    and the goals are read off the main row."""
+    from pathlib import Path
+
+    from lab.training.comm.gift import RefreshSchedule, side_bytes_per_refresh
+
+    full = json.loads((Path(comm.__file__).parent / "results" / "comm.json").read_text())
+    b = full["bytes_curve"]
+    model, steps = b["model"], b["settings"]["train_steps"]
+    dims = {r["layer"]: r["factor_dims"] for r in b["per_layer_main_config"]}
+    assert {"head", "tok_emb", "pos_emb"} <= set(dims)
+    for row in b["rows"]:
+        refreshes = RefreshSchedule(row["refresh_every"], row["refresh_warmup"]).count(steps)
+        side = side_bytes_per_refresh([d for n in row["selected"] for d in dims[n]], row["n_eigenpairs"], "rank0") if row["selected"] else 0
+        assert row["refreshes"] == refreshes and row["side_bytes_per_refresh"] == side
+        assert row["bytes_fraction"] == pytest.approx((model["fp8_bytes_per_step"] + side * refreshes / steps) / model["fp32_bytes_per_step"])
+    varied = {r["varied"] for r in b["rows"]}
+    assert {"main", "n_eigenpairs", "refresh_every", "refresh_warmup", "selection"} <= varied
+    assert {r["selection"] for r in b["rows"] if r["varied"] == "selection"} == {"all", "gain_threshold", "saturation_top25"}
+    main = b["main"]
+    assert 0 < main["n_selected"] < len(dims)  # the rule selects: not every layer
+    g = b["goals"]
+    assert g["gift_bytes_goal_bytes_le_0.27"]["met"] == (main["bytes_fraction"] <= 0.27)
+    assert g["gift_bytes_goal_selected_2x"]["met"] == (main["rel_l2_ratio_vs_fp8_selected"] >= 2.0)
+    assert g["gift_bytes_goal_whole_1.5x"]["met"] == (main["rel_l2_ratio_vs_fp8"] >= 1.5)
+    assert b["references"]["bf16"]["bytes_fraction"] == 0.5 and b["references"]["bf16"]["rel_l2_ratio_vs_fp8"] > 10
