@@ -208,3 +208,25 @@ def test_coordinated_denoising_matches_a_hand_solved_case_of_eqs_8_to_11():
     swapped = cf.refine(x, 500, 2, Expert(lambda x, t: x / 4, s_t, "frame", clip_x0=False),
                         Expert(lambda x, t: x - x.mean(1, keepdim=True), s_s, "clip", clip_x0=False), "coordinated", renoise="predicted")
     assert (swapped.flatten() - want).abs().max() > 1e-2
+
+
+def test_training_tracks_the_heldout_loss_and_ships_the_best_ema(tmp_path):
+    """train(eval_every=...) records the held-out (val split) loss curve in the sidecar, ships the EMA of its lowest
+    point (reloading the shipped file reproduces that number), and stops after ``patience`` evaluations without
+    improvement."""
+    from lab.generative.video import train as tr
+
+    meta = tr.train("spatial", 40, str(tmp_path), widths=(8, 16), batch=8, eval_every=10, patience=2, lr=1e-2)
+    curve = meta["val_loss_curve"]
+    assert curve and [c[0] for c in curve] == list(range(10, 10 * len(curve) + 1, 10))
+    best_step, best = min(curve, key=lambda c: c[1])
+    assert meta["heldout_loss"]["best_step"] == best_step
+    shipped = load_expert("spatial", tmp_path)
+    xv = tr._heldout_data("spatial", 8, 16)
+    assert abs(tr.heldout_loss(shipped.net.unet, "spatial", xv) - best) < 1e-4
+    if meta["early_stopped"]:
+        assert meta["steps_run"] < 40 and all(c[1] >= best for c in curve[-2:]) and curve[-3][0] >= best_step
+    else:
+        assert meta["steps_run"] == 40
+    with pytest.raises(SystemExit, match="patience"):
+        tr.train("spatial", 10, str(tmp_path / "x"), eval_every=5, patience=0)
