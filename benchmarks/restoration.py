@@ -1,14 +1,21 @@
 """Flow-matching image restoration: every method x task x prior at equal NFE, and ReBridge-Flow's claims one by one.
 
-    python -m benchmarks.restoration --out FILE.json [--quick] [--priors gaussian empirical learned ...]
-        [--nfe 20 50 100] [--n-images 40] [--seed 0] [--tasks ...] [--no-claims] [--jobs N]
-        [--learned-nfe 50] [--learned-methods ...] [--learned-claims auto|full|short|none] [--ship]
+    python -m benchmarks.restoration --out FILE.json [--quick] [--priors gaussian gaussian-samples empirical learned ...]
+        [--nfe 20 50 100] [--n-images 200] [--seed 0] [--tasks ...] [--no-claims] [--jobs N]
+        [--learned-nfe 50] [--learned-n-images 40] [--learned-methods ...] [--learned-claims auto|full|short|none]
+        [--merge EARLIER.json] [--ship]
 
-The committed ``benchmarks/results/restoration.json`` (every method x task x prior at NFE 20, 50 and
-100 over 40 test images, ReBridge-Flow's claims with full sweeps on every prior; 75 min on this 2-core
-machine, with two worker processes of one thread each)::
+The committed ``benchmarks/results/restoration.json`` was assembled from runs of parts with ``--merge``
+(each run's rows put into the earlier table row by row; ``inputs.carried_over`` records the chain), on
+this shared 2-core machine with two worker processes of one thread each (the commands and what each run
+covered: README, "Image restoration with flow priors", and the report of issue #22)::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.restoration --out benchmarks/results/restoration.json --jobs 2 --learned-claims full --ship
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors gaussian gaussian-samples empirical --nfe 20 50 100 \
+        --n-images 200 --jobs 2 --out A.json --merge benchmarks/results/restoration.json
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist natural32 medical32 --nfe 20 --learned-nfe 20 \
+        --n-images 40 --learned-claims none --jobs 2 --out B.json --merge A.json
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist natural32 medical32 --nfe 50 100 --learned-nfe 50 100 \
+        --n-images 40 --learned-methods naive tikhonov --learned-claims none --out C.json --merge B.json
 
 ``--ship`` also copies the file to ``lab/generative/results/restoration.json``, the copy that ships with
 ``lab`` and that notebook 07 reads (:func:`lab.generative.results.load_results`); a test fails when the two differ.
@@ -27,7 +34,9 @@ method, prior and task; 1 thread with ``OMP_NUM_THREADS=1``). ``--jobs N`` runs 
 and each prior's claims as soon as its units are done, in N spawned worker processes (one per core):
 the same rows in the same order as ``--jobs 1``; each row's time is its worker's.
 
-Methods (:mod:`lab.generative.restore`): ``rebridge`` (ReBridge-Flow, arXiv 2609.00811), ``pnp_flow``,
+Methods (:mod:`lab.generative.restore`): the floor -- ``naive`` (the measurement as an image: ``y``, or
+``H^+ y`` for super-resolution) and ``tikhonov`` (``(H^T H + lam I)^{-1} H^T y``, lam tuned), both 0 NFE --,
+``rebridge`` (ReBridge-Flow, arXiv 2609.00811), ``pnp_flow``,
 ``flower``, ``ot_ode``, ``d_flow``, the lab's variant ``recoupled_admm`` (not a paper's method), and
 ``rebridge_as_written`` (the registry's ``rebridge`` with the paper's rho = lambda = 1, kappa = 5,
 whatever is tuned). Each method uses ``hyper="tuned"`` (values chosen on the **validation** split by
@@ -40,8 +49,19 @@ expected squared error *for images drawn from that prior*; each row there carrie
 from the fitted Gaussian, so a method can pass the ceiling on them: measured, the variant passes it on box
 inpainting by 0.06 dB over the 197 test digits (0.17 dB on a 40-image subset, where D-Flow passes it too),
 in unclipped MSE as well, while on 2,000 draws from the prior the posterior mean keeps the lower error.
-The empirical prior's posterior mean is not reported as a ceiling: on held-out images it is not one (it
-snaps to training images).
+The prior ``gaussian-samples`` is the same Gaussian prior on 200 images drawn from it (dataset
+``gaussian-samples``, rows with ``prior`` = ``gaussian``; tuned on other draws): there the posterior mean
+*is* the MMSE ceiling, in expectation. The empirical prior's posterior mean is not reported as a ceiling:
+on held-out images it is not one (it snaps to training images).
+
+Fairness keys of every row: ``tuning_budget`` (validation evaluations spent choosing its values: the same
+budget for every method, :data:`lab.generative.tuning.BUDGET`, for the kinds tuned by the budget rule; 0 for
+the paper's values and for methods without hyper-parameters; rows tuned before that rule show their grid's
+size), ``below_naive`` (its mean PSNR under the naive row of the same prior, dataset, task and NFE),
+``psnr_ci95`` (percentile bootstrap over the test images, :data:`N_BOOT` resamples; a row carried over from a
+run that kept no per-image values has a normal-theory interval and ``psnr_ci95_method = "normal"``).
+``paired``: for every (prior, dataset, task, NFE) each method's mean per-image PSNR difference to Flower and
+to the variant (:data:`VERSUS`) with a paired bootstrap 95% interval; a "win" needs an interval above zero.
 
 Priors and splits (``PRIOR_SPECS``; adding a prior is one entry)
 -----------------------------------------------------------------
@@ -64,7 +84,7 @@ Priors and splits (``PRIOR_SPECS``; adding a prior is one entry)
   through it (~2x), so one (learned prior, task) unit at NFE 20 + 50 + 100 costs ~6 min, its short
   claims ~15 min; on a GPU, seconds.
 
-Test images: ``--n-images`` (default 40) evenly spaced indices over the prior's test split (all of it
+Test images: ``--n-images`` (default 200; ``--learned-n-images`` for the learned priors) evenly spaced indices over the prior's test split (all of it
 when it is smaller), the same for every method; measurement noise and every method's random draws are
 seeded with ``--seed`` (default 0).
 
@@ -83,8 +103,8 @@ Goals (key ``goals``): the variant within 0.5 dB of the Bayes ceiling on the Gau
 task (per NFE); on every learned prior, the variant ahead of Flower on >= 3 of the 5 tasks (per NFE).
 
 JSON: ``results`` (rows with exactly ``prior, dataset, task, method, nfe, psnr, ssim, s_per_image,
-n_images`` plus ``psnr_std``, ``ssim_std``, ``hyper_source``, ``hyper``, ``nfe_used``,
-``gap_to_bayes_db`` on the Gaussian prior), ``degraded`` (PSNR/SSIM of the measurement itself where it is
+n_images`` plus ``psnr_std``, ``ssim_std``, ``psnr_ci95``, ``tuning_budget``, ``below_naive``, ``hyper_source``,
+``hyper``, ``nfe_used``, ``gap_to_bayes_db`` on the Gaussian prior), ``paired``, ``degraded`` (PSNR/SSIM of the measurement itself where it is
 image-shaped, of its pseudo-inverse for super-resolution), ``claims``, ``goals``, ``learned_priors``, ``inputs``, ``machine``, ``seconds``.
 ``--quick`` (for the tests): 6 images, NFE 20, tasks ``sr2`` and ``inpaint_random``, the Gaussian prior,
 shortened claim sweeps.

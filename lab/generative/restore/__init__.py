@@ -77,7 +77,7 @@ def restore(method: str | RestorationMethod, y: torch.Tensor, operator, prior, n
     ----------
     method : str or RestorationMethod
         A name from :func:`available_methods` (``"rebridge"``, ``"pnp_flow"``, ``"flower"``,
-        ``"ot_ode"``, ``"d_flow"``, ``"recoupled_admm"``, ``"bayes"``) or an instance.
+        ``"ot_ode"``, ``"d_flow"``, ``"recoupled_admm"``, ``"bayes"``, ``"naive"``, ``"tikhonov"``) or an instance.
     y : tensor (B, *operator.measurement_shape)
         Float measurements on the [-1, 1] scale, on any device (the result lives there too).
     operator : lab.generative.operators.LinearOperator
