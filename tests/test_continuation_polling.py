@@ -53,18 +53,22 @@ class FakeSlurm:
                 out = json.dumps({"errors": [], "jobs": [
                     {"job_id": int(j), "job_state": s, "name": "x", "nodes": "n0" if s != "PENDING" else "", "submit_time": 1, "cpus": 1}
                     for j, s in self.jobs.items()]})
+            elif argv[0] == "squeue" and "-j" not in argv:  # the whole queue, formatted (-O): default states only
+                assert "-O" in argv and "-u" not in argv, argv
+                listed = [i for i, s in self.jobs.items() if s in ("PENDING", "RUNNING")]
             elif argv[0] == "squeue":
                 ids = argv[argv.index("-j") + 1].split(",")
                 mine_only = "-u" in argv  # another user's jobs are the ones named 9xxxxx
                 listed = [i for i in ids if i in self.jobs and not (mine_only and i.startswith("9"))]
                 if len(ids) == 1 and not listed:
                     return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+            if argv[0] == "squeue" and "--json" not in argv:
                 for i in listed:
                     s = self.jobs[i]
                     ended = s not in ("PENDING", "RUNNING")
                     start = T if s != "PENDING" else "N/A"
                     out += f"{i}|{s}|{256 if s == 'FAILED' else 0}|{T}|{start}|{T if ended else 'N/A'}|1|1|1:00|None|{'n0' if s != 'PENDING' else ''}|job x\n"
-            elif argv[0] == "sinfo":
+            if argv[0] == "sinfo":
                 out = json.dumps({"errors": [], "nodes": [{"name": "n0", "state": "idle", "cpus": 4, "idle_cpus": 4}]})
             elif argv[:2] == ["scontrol", "show"]:
                 out = f"JobCompLoc = {self.jobcomp}\nJobCompType = jobcomp/filetxt\n"
@@ -149,7 +153,7 @@ def test_at_most_one_squeue_per_site_per_second_with_queue_samples_on(tmp_path, 
     times = [t for t, _ in fake.squeue_calls()]
     assert len(times) >= 3
     assert min(b - a for a, b in zip(times, times[1:])) >= 0.5 - 0.01  # one squeue (sample or job poll) per interval
-    assert any("--json" in argv for _, argv in fake.squeue_calls())  # samples were taken, and served the job poll
+    assert any("-j" not in argv for _, argv in fake.squeue_calls())  # samples were taken, and served the job poll
     assert [e.key for e in cont.log.tail(kinds=["job.completed"])] == ["alpha/5"]
     service.close()
     cont.close()
@@ -197,3 +201,81 @@ def test_sacct_fallback_and_time_limits(tmp_path):
 
     assert sacct_watched("alpha", disabled, ["7"], map_state) == {}
     assert [parse_time_limit(t) for t in ("1:00", "1:00:00", "2-03:04:05", "30", "UNLIMITED", "2-3")] == [60, 3600, 183845, 1800, None, 183600]
+
+
+def test_queue_sample_is_one_formatted_squeue_listing_not_json(tmp_path, monkeypatch):
+    """The whole-queue sample reads ``squeue -O`` (``--json`` took up to 7.5 s at 2,000 jobs and
+    blocked the site's job poll, issue #16), every user's jobs, active ones only."""
+    fake = FakeSlurm(tmp_path / "jobcomp.log", other_users=40)
+    sched = _scheduler(fake, monkeypatch)
+    fake.jobs.update({"1": "RUNNING", "2": "PENDING"})
+    fake.end("3", "COMPLETED")  # ended, still listed by squeue -t all: not in the queue
+    q = sched.queue()
+    squeues = [argv for _, argv in fake.squeue_calls()]
+    assert len(squeues) == 1 and "--json" not in squeues[0] and "-O" in squeues[0] and "-j" not in squeues[0]
+    assert (q.pending, q.running, q.total_cpus, q.idle_cpus) == (41, 1, 4, 4)
+    by_id = {j.job_id: j for j in q.jobs}
+    assert len(by_id) == 42 and "3" not in by_id and by_id["1"].state is JobState.RUNNING and by_id["1"].time_limit_s == 60
+    assert by_id["900007"].state is JobState.PENDING and by_id["2"].start_time is None  # no estimate yet: None, not 0
+
+
+def _fake_slurm_bin(tmp_path: Path) -> Path:
+    """Executables named like Slurm's client tools that log each call to ``calls.log``. squeue answers
+    job 1 as running, after 1 s if the file ``slow`` exists, and like a client whose controller is
+    gone (it retries for 20 s, then "Unable to contact") if ``down`` exists; scontrol ping says DOWN then."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    d = tmp_path
+    scripts = {
+        "squeue": f"""echo "squeue $*" >> {d}/calls.log
+if [ -e {d}/down ]; then sleep 20; echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1; fi
+if [ -e {d}/slow ]; then sleep 1; fi
+echo "1|RUNNING|0|{T}|{T}|N/A|1|1|1:00|None|n0|job x"
+""",
+        "scontrol": f"""echo "scontrol $*" >> {d}/calls.log
+if [ "$1" = ping ]; then
+  if [ -e {d}/down ]; then echo "Slurmctld(primary) at vm is DOWN"; exit 1; fi
+  echo "Slurmctld(primary) at vm is UP"
+fi
+""",
+        "sinfo": f"""echo "sinfo $*" >> {d}/calls.log
+echo '{{"errors": [], "nodes": [{{"name": "n0", "state": "idle", "cpus": 2, "idle_cpus": 2}}]}}'
+""",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def test_polls_do_not_ping_first_and_a_down_controller_still_fails_fast(tmp_path, monkeypatch):
+    """``scontrol ping`` before every poll was a third of a job poll's time at 2,000 jobs (issue #16):
+    the polls run without it; a command slower than probe_after_s is checked on with a ping while it
+    waits, so a controller that is gone still fails in about probe_after_s, not after the client's retries."""
+    import pytest
+
+    from lab.hpc.errors import SiteUnavailable
+
+    monkeypatch.setenv("PATH", f"{_fake_slurm_bin(tmp_path)}:{__import__('os').environ['PATH']}")
+    log = tmp_path / "calls.log"
+    sched = SlurmScheduler("alpha", tmp_path / "slurm.conf", probe_after_s=0.3)
+    sched.user = None
+    for _ in range(3):
+        assert sched.status(["1"])["1"].state is JobState.RUNNING
+    calls = log.read_text().splitlines()
+    assert calls == [calls[0]] * 3 and calls[0].startswith("squeue -h --noconvert -t all -j 1 -O"), calls
+    for _ in range(3):
+        assert sched.queue().running == 1
+    calls = log.read_text().splitlines()
+    assert len(calls) == 9 and not [c for c in calls if c.startswith("scontrol")], calls
+    # slow but up: one ping while it waits, then the answer
+    (tmp_path / "slow").touch()
+    assert sched.status(["1"])["1"].state is JobState.RUNNING
+    new = log.read_text().splitlines()[9:]
+    assert len(new) == 2 and new[0].startswith("squeue") and new[1] == "scontrol ping"
+    # gone: the ping says so and the waiting squeue is ended
+    (tmp_path / "down").touch()
+    t0 = time.monotonic()
+    with pytest.raises(SiteUnavailable, match=r"alpha.*is DOWN"):
+        sched.status(["1"])
+    assert time.monotonic() - t0 < 5.0  # 20 s (the fake client's retries) before
