@@ -33,15 +33,14 @@ from pathlib import Path
 
 from benchmarks._common import write
 from benchmarks.placement_live import run_live
-from benchmarks.placement_replay import EVAL_SEEDS, TUNING_CRITERION, VALIDATION_SEEDS, run_replay, tune
-from lab.hpc.sim import QueuePredictor, QueuePredictorConfig
+from benchmarks.placement_replay import EVAL_SEEDS, TUNED_ON, TUNING_CRITERION, VALIDATION_SEEDS, make_predictor, run_replay, tune
 
 
 def replay_part(rounds: int, jobs: int, eval_seeds, validation_seeds) -> dict:
     """Tune on validation seeds, then evaluate every policy once on the evaluation seeds."""
     tuning = tune(rounds, jobs, seeds=validation_seeds)
-    predictor = QueuePredictor(QueuePredictorConfig(**tuning["chosen"]))
-    tuned_on = f"{tuning['settings_compared']} settings compared on validation seeds {list(validation_seeds)} (validation weeks only) by {TUNING_CRITERION}; chosen {tuning['chosen_name']}"
+    predictor = make_predictor(tuning["chosen"])
+    tuned_on = f"{TUNED_ON} This run: {tuning['settings_compared']} settings compared on validation seeds {list(validation_seeds)} (validation weeks only) by {TUNING_CRITERION}; chosen {tuning['chosen_name']}"
     result = run_replay(rounds, jobs, seeds=list(eval_seeds), predictor=predictor, tuned_on=tuned_on)
     result["tuning"] = tuning
     return result

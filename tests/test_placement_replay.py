@@ -332,13 +332,13 @@ def test_run_replay_fastest_site_has_zero_extra(small_replay):
     for p in r["probes"]:
         comp = p["completion_s"]
         fastest = min(comp.values())
-        assert min(p["extra_s"][f"fixed:{n}"] for n in sites) == 0.0
+        assert min(p["extra_s"][f"fixed:{n}"] for n in sites) == 0.0  # records keep 0.01 s
         for n in sites:
-            assert p["extra_s"][f"fixed:{n}"] == pytest.approx(comp[n] - fastest)
-            assert comp[n] == pytest.approx(p["wait_s"][n] + p["runtime_s"] + r["dispatch_latency_s"][n])
+            assert p["extra_s"][f"fixed:{n}"] == pytest.approx(comp[n] - fastest, abs=0.02)
+            assert comp[n] == pytest.approx(p["wait_s"][n] + p["runtime_s"] + r["dispatch_latency_s"][n], abs=0.02)
             assert p["wait_s"][n] >= 0
         for pol, site in p["chosen"].items():
-            assert p["extra_s"][pol] == pytest.approx(comp[site] - fastest)
+            assert p["extra_s"][pol] == pytest.approx(comp[site] - fastest, abs=0.02)
         assert 32 <= p["processors"] <= 128 and 600 <= p["runtime_s"] <= 3600
         assert p["requested_s"] % 900 == 0 and p["requested_s"] >= p["runtime_s"]
     share = np.mean([max(p["completion_s"].values()) - min(p["completion_s"].values()) > 60 for p in r["probes"]])
@@ -421,8 +421,9 @@ def test_fits_now_trusts_the_free_processors_only_where_the_probe_fits():
 
 
 def test_tuning_grid_and_tune_use_validation_weeks_only(monkeypatch):
+    assert len(pr.forward_grid()) == 32 and all(n.startswith("earliest_completion|") for n in pr.forward_grid())
     grid = pr.tuning_grid()
-    assert len(grid) == 32 and all(n.startswith("earliest_completion|") for n in grid)
+    assert len(grid) == 16 and all(n.startswith("earliest_completion|blend|") for n in grid)
     seen = []
     real = pr.evaluate_seeds
     monkeypatch.setattr(pr, "evaluate_seeds", lambda *a, **k: seen.append(k["split"]) or real(*a, **k))
@@ -451,7 +452,7 @@ def test_paired_differences_are_per_seed_method_minus_baseline():
     for seed_i, seed in enumerate(r["eval_seeds"]):
         probes = [p for p in r["probes"] if p["seed"] == seed]
         d = np.mean([p["extra_s"]["earliest_completion"] for p in probes]) - np.mean([p["extra_s"]["idle_first"] for p in probes])
-        assert pair["mean_extra_diff_per_seed"][seed_i] == pytest.approx(d)
+        assert pair["mean_extra_diff_per_seed"][seed_i] == pytest.approx(d, abs=0.01)  # records keep 0.01 s
     lo, hi = pair["mean_extra_diff_ci95"]
     assert lo <= pair["mean_extra_diff_mean"] <= hi
     assert set(r["paired"]) >= {"earliest_completion-vs-idle_first", "earliest_completion-vs-best_fixed"}

@@ -22,7 +22,8 @@ predicted completion. Policies (:data:`POLICIES`):
     among the sites with at least the job's processors free now, the least pending;
     when none has, the least pending of all (the simple heuristic a user applies).
 ``earliest_completion``
-    smallest predicted completion; live, predicted completion =
+    smallest predicted completion (optionally, predictions within ``tie_within_s`` of the best
+    count as ties, broken by ``least_pending``'s key); live, predicted completion =
     max(now, estimated start, data arrival) + requested walltime, where data arrival =
     now + transfer estimate (the job cannot start before its input is there).
 
@@ -209,20 +210,36 @@ def idle_first(views: Sequence[V], *, processors: int) -> V:
     return min(idle or ok, key=_least_pending_key)
 
 
-def earliest_completion(views: Sequence[V]) -> V:
+def earliest_completion(views: Sequence[V], *, tie_within_s: float = 0.0) -> V:
     """The eligible site with the smallest ``predicted_completion`` (None counts as never); ties: site name.
+
+    Parameters
+    ----------
+    views : sequence of SiteView
+    tie_within_s : float
+        Seconds, >= 0. Sites predicted to complete within this of the best are taken as tied (the
+        predictions cannot tell them apart) and :func:`least_pending`'s key decides among them (fewest
+        pending, then more free processors, then name): the exact live signals break what the forecast
+        cannot. 0 (default): the smallest prediction, ties by name.
 
     Raises
     ------
     PlacementError
-        No site is eligible.
+        No site is eligible, or ``tie_within_s`` is negative or not finite.
     """
 
-    def key(v: SiteView) -> tuple:
+    def pred(v: SiteView) -> float:
         c = v.predicted_completion
-        return (math.inf if c is None or math.isnan(c) else c, v.site)
+        return math.inf if c is None or math.isnan(c) else float(c)
 
-    return min(_eligible(views, "earliest_completion"), key=key)
+    ok = _eligible(views, "earliest_completion")
+    if not (math.isfinite(tie_within_s) and tie_within_s >= 0):
+        raise PlacementError(f"earliest_completion: tie_within_s must be a finite number of seconds >= 0, not {tie_within_s!r}")
+    best = min(ok, key=lambda v: (pred(v), v.site))
+    if tie_within_s == 0 or not math.isfinite(pred(best)):
+        return best
+    near = [v for v in ok if pred(v) <= pred(best) + tie_within_s]
+    return min(near, key=_least_pending_key)
 
 
 #: Policy name -> function ``(views, *, home, processors) -> view``.
@@ -230,7 +247,7 @@ POLICIES: dict[str, Callable[..., SiteView]] = {
     "fixed_site": lambda views, *, home=None, processors=1: fixed_site(views, home=_need_home(home)),
     "least_pending": lambda views, *, home=None, processors=1: least_pending(views),
     "idle_first": lambda views, *, home=None, processors=1: idle_first(views, processors=processors),
-    "earliest_completion": lambda views, *, home=None, processors=1: earliest_completion(views),
+    "earliest_completion": lambda views, *, home=None, processors=1, tie_within_s=0.0: earliest_completion(views, tie_within_s=tie_within_s),
 }
 
 
@@ -240,7 +257,7 @@ def _need_home(home: str | None) -> str:
     return home
 
 
-def choose(policy: str, views: Sequence[V], *, home: str | None = None, processors: int = 1) -> V:
+def choose(policy: str, views: Sequence[V], *, home: str | None = None, processors: int = 1, tie_within_s: float = 0.0) -> V:
     """The view ``policy`` picks.
 
     Parameters
@@ -252,6 +269,8 @@ def choose(policy: str, views: Sequence[V], *, home: str | None = None, processo
         The site ``fixed_site`` always picks.
     processors : int
         The job's processors (``idle_first`` compares them with each site's ``free``).
+    tie_within_s : float
+        ``earliest_completion`` only (:func:`earliest_completion`); ignored by the others.
 
     Raises
     ------
@@ -260,6 +279,8 @@ def choose(policy: str, views: Sequence[V], *, home: str | None = None, processo
     """
     if policy not in POLICIES:
         raise PlacementError(f"unknown placement policy {policy!r}; choose one of {sorted(POLICIES)}")
+    if policy == "earliest_completion":
+        return POLICIES[policy](views, home=home, processors=processors, tie_within_s=tie_within_s)
     return POLICIES[policy](views, home=home, processors=processors)
 
 
