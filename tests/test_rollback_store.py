@@ -134,3 +134,13 @@ def test_repair_on_postgresql(pg_server):
     fid = next(iter(case.faulty))
     assert store.txn.state(fid) == State.QUARANTINED and store.get(fid).status == "deactivated"
     store.close()
+
+
+def test_followup_is_a_what_if_that_leaves_the_store_unchanged():
+    from lab.provenance.repair.runner import followup
+
+    case = make_case("support", "derived", 2, seed=1)
+    failed = run_failed(case)
+    before, db = failed.store.txn.dump(), failed.env.state()
+    assert followup(case.program, failed.env, failed.store) is not None
+    assert failed.store.txn.dump() == before and failed.env.state() == db

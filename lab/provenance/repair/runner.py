@@ -347,13 +347,24 @@ def run_program(program: Program, env: ToolEnv, store: MemTXMemory, *, inject: d
     return trace
 
 
+class _WhatIf(Exception):
+    """Ends a what-if session: its MemTX transaction rolls back."""
+
+
 def followup(program: Program, env: ToolEnv, store: MemTXMemory) -> Any:
-    """The answer of the follow-up query ``program.followup``, run on copies of ``env`` and ``store`` (a later
-    session: its cached lookups reuse whatever memory is still active, so a fault left active re-occurs)."""
+    """The answer of the follow-up query ``program.followup`` (a later session: its cached lookups reuse whatever
+    memory is still active, so a fault left active re-occurs), run as a what-if: its memory writes are one MemTX
+    transaction that is rolled back, and it runs on a copy of ``env`` when it has side-effecting steps, so
+    neither is changed."""
     if not program.followup:
         return None
     trace = Trace(program.run + "/followup", program.domain)
-    env2, store2 = env.copy(), store.copy()
-    for t, spec in enumerate(program.followup):
-        execute_step(spec, env2, store2, trace, time=10_000 + t)
+    env2 = env.copy() if any(s.kind == "action" for s in program.followup) else env
+    try:
+        with store.atomic():
+            for t, spec in enumerate(program.followup):
+                execute_step(spec, env2, store, trace, time=10_000 + t)
+            raise _WhatIf
+    except _WhatIf:
+        pass
     return trace.answer
