@@ -136,8 +136,9 @@ NFES = (20, 50, 100)
 #: row labels -> registry method; rebridge_as_written pins the paper's values
 METHODS = ("bayes", "naive", "tikhonov", "recoupled_admm", "flower", "pnp_flow", "ot_ode", "d_flow", "rebridge",
            "rebridge_as_written")
-#: the paired differences reported: every method versus these (paired bootstrap over the test images)
-VERSUS = ("flower", "recoupled_admm")
+#: the paired differences reported: every method versus these (paired bootstrap over the test images); versus
+#: ``naive`` says whether a cell below the floor is below it beyond the noise of the test set
+VERSUS = ("flower", "recoupled_admm", "naive")
 #: bootstrap resamples for every interval (percentile intervals, seeded)
 N_BOOT = 2000
 VARIANT = "recoupled_admm"
@@ -302,6 +303,13 @@ def _r(v, nd=4):
     return None if v is None else round(float(v), nd)
 
 
+def below_floor(psnr_db: float, naive_db: float) -> bool:
+    """A mean PSNR below the naive estimate's as a table shows them (0.01 dB): Tikhonov with a tiny tuned
+    lam *is* the naive estimate up to 1e-4 dB, which is not "below" it. The paired rows versus ``naive``
+    give the interval."""
+    return round(float(psnr_db), 2) < round(float(naive_db), 2)
+
+
 def bootstrap_ci(v: torch.Tensor, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95) -> list[float]:
     """Percentile bootstrap interval of the mean of ``v`` (one value per test image), ``[lo, hi]``.
 
@@ -419,8 +427,7 @@ def run_results(spec: PriorSpec, prior, x: torch.Tensor, tasks, nfes, methods, s
                     "hyper_source": "exact (no hyper-parameters)" if label in ("bayes", "naive") else out.hyper_source,
                     "hyper": {k: v for k, v in out.hyper.items() if k != "record"}, "nfe_used": int(out.nfe),
                     "tuning_budget": int(budget),
-                    # as the table shows it (4 decimals): Tikhonov's lam -> 0 limit *is* the naive estimate on SR
-                    "below_naive": bool(naive_psnr is not None and label != "naive" and _r(pm) < _r(naive_psnr)),
+                    "below_naive": bool(naive_psnr is not None and label != "naive" and below_floor(pm, naive_psnr)),
                 }
                 done[label] = (row, out.hyper_source)
                 if label == "bayes":
@@ -815,7 +822,7 @@ def annotate(result: dict) -> dict:
     naive = {_row_key(r)[:4]: r["psnr"] for r in result["results"] if r["method"] == "naive"}
     for r in result["results"]:
         ref = naive.get(_row_key(r)[:4])
-        r["below_naive"] = bool(ref is not None and r["method"] != "naive" and r["psnr"] < ref)
+        r["below_naive"] = bool(ref is not None and r["method"] != "naive" and below_floor(r["psnr"], ref))
         if "tuning_budget" not in r:
             src = str(r.get("hyper_source", ""))
             kind = src.split(":", 1)[1].split("@", 1)[0] if src.startswith("tuned:") else None
