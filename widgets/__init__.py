@@ -15,6 +15,9 @@ nothing themselves.
   hyper-parameters in; degraded, restored, ground truth and Bayes ceiling with PSNR/SSIM out, and a scrubbable
   trajectory of a_hat, b_hat, b_bar, the defect terms and the measurement mismatch per step; an example gallery,
   a side-by-side compare of two methods and PNG downloads.
+* :class:`PerfModelExplorer` -- what-if view of one distributed GPT training step: configuration and hardware in;
+  the predicted step by operator and collective per pipeline stage, the pipeline schedule as a Gantt chart and the
+  measured step beside it where the benchmark ran that configuration.
 * :class:`VideoDemo` -- ConFiner video generation (control, spatial and temporal experts, coordinated through x0):
   the generated clip beside each expert alone and a real held-out clip, a frame scrubber and a metrics table.
 
@@ -24,10 +27,11 @@ synced dict), :class:`~widgets.sortable_table.SortableTable`, :class:`~widgets.d
 """
 
 from widgets.live_dashboard import LiveSitesDashboard
+from widgets.perfmodel_explorer import PerfModelExplorer
 from widgets.provenance_explorer import ProvenanceExplorer
 from widgets.queue_dashboard import QueueDashboard
 from widgets.restoration_demo import RestorationDemo
 from widgets.training_monitor import TrainingMonitor
 from widgets.video_demo import VideoDemo
 
-__all__ = ["LiveSitesDashboard", "ProvenanceExplorer", "QueueDashboard", "RestorationDemo", "TrainingMonitor", "VideoDemo"]
+__all__ = ["LiveSitesDashboard", "PerfModelExplorer", "ProvenanceExplorer", "QueueDashboard", "RestorationDemo", "TrainingMonitor", "VideoDemo"]

@@ -5,8 +5,8 @@
 (:class:`.regress.PrimitiveModel`) and every collective with the measured curve of its tier
 (:class:`.comm.CommModel`), and composes them with :func:`.compose.compose` (the event simulation of the
 1F1B schedule by default; the paper's closed form with ``method="closed_form"``). The autograd engine's
-fixed cost per backward call, which the sampler measured and took out of every backward sample, is
-charged once per stage backward (on the stage's first operator).
+fixed cost per backward call (measured by the sampler; each sampled backward is one call) is taken out of
+every operator's backward and charged once per stage backward (on the stage's first operator).
 
 :func:`local_hardware` describes this machine for the roofline baseline (:mod:`.roofline`): peak FLOP/s of a
 large single-thread matmul, memory bandwidth of a large copy and the link from the measured send/recv
@@ -75,6 +75,9 @@ class LearnedPredictor:
                 cache[key] = self.primitives.predict(kind, direction, config.precision, feats, flops, nbytes)
             t = op.calls * cache[key]
             if direction == "bwd" and op.phase == "micro_batch":
+                eo = self.primitives.engine_overhead_s
+                if self.primitives.includes_engine_overhead:  # one call's fixed cost out of each operator
+                    t = max(t - op.calls * eo, 0.1 * t)
                 tag = (op.stage, op.name, op.layer)
                 if op.stage not in seen_stages:
                     seen_stages.add(op.stage)

@@ -115,7 +115,7 @@ def _fit_base(flops, nbytes, t) -> np.ndarray:
     return coef
 
 
-def _fit_one(kind, direction, precision, rows, seed, val_fraction) -> OperatorRegressor:
+def _fit_one(kind, direction, precision, rows, seed, val_fraction, chosen=None) -> OperatorRegressor:
     names = sorted(rows[0]["features"])
     idx = list(range(len(rows)))
     random.Random(seed).shuffle(idx)
@@ -136,6 +136,10 @@ def _fit_one(kind, direction, precision, rows, seed, val_fraction) -> OperatorRe
 
     scores: dict[str, float] = {}
     best = ("random_forest", CANDIDATES["random_forest"][0])
+    if chosen is not None:  # a selection made before (the benchmark's): refit that candidate on all shapes
+        final = fit(idx, chosen[0], dict(chosen[1]))
+        final.n_train, final.n_validation = len(rows), 0
+        return final
     if val:
         vf, vfl, vby, vt = cols(val)
         tf, tfl, tby, tt = cols(train)
@@ -166,12 +170,15 @@ class PrimitiveModel:
     device : str
     base_only : bool
         Predict with the linear bases only (:meth:`linear_base_only`).
+    includes_engine_overhead : bool
+        The backward regressors were fitted on whole backward calls (engine cost included).
     """
 
     regressors: dict
     engine_overhead_s: float
     device: str
     base_only: bool = False
+    includes_engine_overhead: bool = True
 
     def predict(self, kind: str, direction: str, precision: str, features: dict, flops: float, nbytes: float) -> float:
         """Seconds of one primitive call.
@@ -193,7 +200,8 @@ class PrimitiveModel:
 
     def linear_base_only(self) -> PrimitiveModel:
         """The same model without the trees: the linear bases alone (the simplest strong baseline)."""
-        return PrimitiveModel(self.regressors, self.engine_overhead_s, self.device, base_only=True)
+        return PrimitiveModel(self.regressors, self.engine_overhead_s, self.device, base_only=True,
+                              includes_engine_overhead=self.includes_engine_overhead)
 
     def table(self) -> list[dict]:
         """One row per regressor: its key, chosen family, sample counts and validation MAPEs."""
@@ -210,7 +218,7 @@ class PrimitiveModel:
 
 
 def fit_primitives(samples: dict, *, seed: int = 0, val_fraction: float = 0.25,
-                   subtract_engine_overhead: bool = True) -> PrimitiveModel:
+                   subtract_engine_overhead: bool = False, chosen: list[dict] | None = None) -> PrimitiveModel:
     """Fit one :class:`OperatorRegressor` per (kind, direction, precision) of a sampler output.
 
     Parameters
@@ -222,8 +230,14 @@ def fit_primitives(samples: dict, *, seed: int = 0, val_fraction: float = 0.25,
     val_fraction : float
         Share of each kind's sampled shapes held out for model selection.
     subtract_engine_overhead : bool
-        Subtract the engine's per-call cost from backward samples (it is charged once per stage backward
-        by :class:`lab.training.perfmodel.predict.LearnedPredictor`).
+        Subtract the engine's per-call cost from backward samples before fitting. Default False: the
+        regressors predict a backward *call* (engine cost included, well conditioned in relative error for
+        small kernels) and :class:`lab.training.perfmodel.predict.LearnedPredictor` takes the cost out of
+        each operator and charges it once per stage backward.
+
+    chosen : list of dict, optional
+        Rows of :meth:`PrimitiveModel.table` (``kind``, ``direction``, ``precision``, ``chosen``,
+        ``params``): skip the selection and refit those candidates on all shapes (fast; the explorer).
 
     Raises
     ------
@@ -232,12 +246,14 @@ def fit_primitives(samples: dict, *, seed: int = 0, val_fraction: float = 0.25,
     """
     if not samples.get("samples"):
         raise ValueError("the sampler output has no samples")
-    eo = float(samples.get("engine_overhead_s", 0.0)) if subtract_engine_overhead else 0.0
+    eo = float(samples.get("engine_overhead_s", 0.0))
     groups: dict = {}
     for s in samples["samples"]:
         row = dict(s)
-        if s["direction"] == "bwd" and eo:
+        if s["direction"] == "bwd" and subtract_engine_overhead:
             row["time_s"] = max(s["time_s"] - eo, 0.05 * s["time_s"])
         groups.setdefault((s["kind"], s["direction"], samples.get("precision", "fp32")), []).append(row)
-    regs = {key: _fit_one(*key, rows, seed, val_fraction) for key, rows in sorted(groups.items())}
-    return PrimitiveModel(regs, eo, samples.get("device", "cpu"))
+    pick = {(r["kind"], r["direction"], r["precision"]): (r["chosen"], r["params"]) for r in (chosen or [])}
+    regs = {key: _fit_one(*key, rows, seed, val_fraction, pick.get(key) if chosen is not None else None)
+            for key, rows in sorted(groups.items())}
+    return PrimitiveModel(regs, eo, samples.get("device", "cpu"), includes_engine_overhead=not subtract_engine_overhead)

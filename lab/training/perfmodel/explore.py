@@ -1,0 +1,171 @@
+"""What the performance-model explorer shows: a predicted step by operator, its pipeline timeline, and
+the measured step beside it where the benchmark ran that configuration.
+
+:class:`Explorer` loads the committed benchmark files (the sampler's samples, the gloo collective curves,
+the validation runs and the chosen regressors of ``benchmarks/results/perfmodel*.json``), refits the
+chosen regressors, and answers ``predict(config, hardware)``: ``"local"`` is this machine with the
+learned model; any hardware file name (:func:`.hardware.available_hardware`) is a what-if with the
+roofline on that file's numbers. The figures are plain plotly dicts (:func:`breakdown_figure`,
+:func:`gantt_figure`), drawn by :class:`widgets.PerfModelExplorer`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.training.perfmodel.comm import CommModel
+from lab.training.perfmodel.compose import StepPrediction
+from lab.training.perfmodel.config import PerfConfig
+from lab.training.perfmodel.hardware import load_hardware
+from lab.training.perfmodel.predict import LearnedPredictor, one_rank_per_host, single_tier
+from lab.training.perfmodel.regress import fit_primitives
+from lab.training.perfmodel.roofline import Roofline
+
+__all__ = ["Explorer", "ExplorerResult", "breakdown", "breakdown_figure", "gantt_figure", "RESULTS_DIR"]
+
+RESULTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+
+#: Colours per operator group (stable across redraws).
+_COLOURS = {"embedding": "#8c564b", "layernorm": "#bcbd22", "linear": "#1f77b4", "attention": "#ff7f0e",
+            "gelu": "#2ca02c", "residual": "#7f7f7f", "cross_entropy": "#9467bd", "optimizer_step": "#e377c2",
+            "tp_allreduce": "#d62728", "pp_p2p": "#17becf", "dp_allreduce": "#aec7e8", "dp_allgather": "#c5b0d5",
+            "idle (bubble, waits)": "#eeeeee", "measured": "#333333"}
+
+
+def _group(name: str) -> str:
+    if name.startswith("tp_allreduce"):
+        return "tp_allreduce"
+    if name.startswith("layernorm"):
+        return "layernorm"
+    if name.endswith("_linear"):
+        return "linear"
+    if name in ("embedding", "position_embedding"):
+        return "embedding"
+    if name.startswith("residual"):
+        return "residual"
+    return name
+
+
+def breakdown(pred: StepPrediction, config: PerfConfig) -> dict[int, dict[str, float]]:
+    """Per stage, seconds of one step by operator group; each stage's groups sum to ``pred.total_s``.
+
+    A ``micro_batch`` operator counts ``n_micro_batches`` times (forward + backward), the sync and
+    update once; what is left of the step on that stage is ``"idle (bubble, waits)"``.
+    """
+    out: dict[int, dict[str, float]] = {s: {} for s in range(config.pp)}
+    m = config.n_micro_batches
+    for (stage, name, direction), t in pred.plan.by_operator.items():
+        phase_once = name in ("dp_allreduce", "dp_allgather", "optimizer_step")
+        g = _group(name)
+        out[stage][g] = out[stage].get(g, 0.0) + t * (1 if phase_once else m)
+    for s, parts in out.items():
+        if "dp_allreduce" in parts and pred.overlap_grad_sync and s == 0:
+            parts["dp_allreduce"] = pred.grad_sync_exposed_s
+        busy = sum(parts.values())
+        parts["idle (bubble, waits)"] = max(pred.total_s - busy, 0.0)
+    return out
+
+
+def breakdown_figure(pred: StepPrediction, config: PerfConfig, measured_s: float | None = None,
+                     title: str = "") -> dict:
+    """Stacked bars (ms): one per pipeline stage, one trace per operator group; a measured bar beside."""
+    parts = breakdown(pred, config)
+    groups = [g for g in _COLOURS if any(g in p for p in parts.values())]
+    xs = [f"stage {s}" for s in parts]
+    data = [{"type": "bar", "name": g, "x": xs, "y": [parts[s].get(g, 0.0) * 1e3 for s in parts],
+             "marker": {"color": _COLOURS[g]}, "uid": f"op:{g}"} for g in groups]
+    if measured_s is not None:
+        data.append({"type": "bar", "name": "measured step", "x": ["measured"], "y": [measured_s * 1e3],
+                     "marker": {"color": _COLOURS["measured"]}, "uid": "measured"})
+    return {"data": data, "layout": {"barmode": "stack", "title": {"text": title or f"predicted step {pred.total_s * 1e3:.2f} ms"},
+                                     "yaxis": {"title": {"text": "ms per step"}}, "height": 360,
+                                     "margin": {"l": 60, "r": 10, "t": 40, "b": 40}}}
+
+
+def gantt_figure(pred: StepPrediction, config: PerfConfig) -> dict:
+    """The simulated schedule as horizontal bars (ms): stages by row, F / B per micro-batch, then the
+    exposed gradient sync and the update (needs ``method="simulate"``)."""
+    slots = pred.slots or []
+    data = []
+    for kind, colour, label in (("F", "#1f77b4", "forward"), ("B", "#ff7f0e", "backward")):
+        sl = [s for s in slots if s.kind == kind]
+        data.append({"type": "bar", "orientation": "h", "name": label, "uid": f"gantt:{kind}",
+                     "y": [f"stage {s.stage}" for s in sl], "x": [(s.end - s.start) * 1e3 for s in sl],
+                     "base": [s.start * 1e3 for s in sl], "text": [str(s.micro_batch) for s in sl],
+                     "textposition": "inside", "marker": {"color": colour, "line": {"color": "white", "width": 1}}})
+    if slots:
+        end = max(s.end for s in slots)
+        tail = [("grad sync", pred.grad_sync_exposed_s, "#aec7e8"), ("update", pred.update_s, "#e377c2")]
+        t0 = end
+        for label, dur, colour in tail:
+            if dur > 0:
+                data.append({"type": "bar", "orientation": "h", "name": label, "uid": f"gantt:{label}",
+                             "y": [f"stage {s}" for s in range(config.pp)], "x": [dur * 1e3] * config.pp,
+                             "base": [t0 * 1e3] * config.pp, "marker": {"color": colour}})
+                t0 += dur
+    return {"data": data, "layout": {"barmode": "overlay", "title": {"text": "pipeline schedule (critical path)"},
+                                     "xaxis": {"title": {"text": "ms"}},
+                                     "yaxis": {"autorange": "reversed"}, "height": 120 + 60 * config.pp,
+                                     "margin": {"l": 70, "r": 10, "t": 40, "b": 40}}}
+
+
+@dataclass(frozen=True)
+class ExplorerResult:
+    """One answer: the prediction, which model made it, and the measured step where one exists."""
+
+    config: PerfConfig
+    hardware: str
+    model: str
+    prediction: StepPrediction
+    measured_s: float | None
+
+
+class Explorer:
+    """Predict any configuration on this machine (learned) or on a hardware file (roofline).
+
+    Parameters
+    ----------
+    results_dir : Path
+        Holds ``perfmodel_samples_cpu.json``, ``perfmodel_comm.json``, ``perfmodel_runs.json`` and
+        ``perfmodel.json`` (the benchmark's outputs).
+
+    Raises
+    ------
+    FileNotFoundError
+        A benchmark file is missing (the message says which and how to make it).
+    """
+
+    def __init__(self, results_dir: str | Path = RESULTS_DIR):
+        d = Path(results_dir)
+        files = {k: d / f for k, f in (("samples", "perfmodel_samples_cpu.json"), ("comm", "perfmodel_comm.json"),
+                                        ("runs", "perfmodel_runs.json"), ("report", "perfmodel.json"))}
+        for k, f in files.items():
+            if not f.exists():
+                raise FileNotFoundError(f"{f} is missing: run `python -m benchmarks.perfmodel --out {d / 'perfmodel.json'}`")
+        report = json.loads(files["report"].read_text())
+        samples = json.loads(files["samples"].read_text())
+        self.primitives = fit_primitives(samples, chosen=report["regressors"])
+        self.comm = CommModel(json.loads(files["comm"].read_text())["rows"])
+        self.learned = LearnedPredictor(self.primitives, self.comm)
+        self.runs = json.loads(files["runs"].read_text())["runs"]
+        self.report = report
+
+    def measured(self, config: PerfConfig, tier: str = "loopback") -> float | None:
+        """The benchmark's measured step (median, s) of exactly this configuration and tier, else None."""
+        want = config.model_dump(mode="json")
+        for r in self.runs:
+            if r["config"] == want and r["tier"] == tier:
+                return r["measured"]["overall"]
+        return None
+
+    def predict(self, config: PerfConfig, hardware: str = "local", tier: str = "loopback") -> ExplorerResult:
+        """``hardware="local"``: the learned model on ``tier`` (``"loopback"`` or ``"slow"``, one rank per
+        shaped host); else the roofline on that hardware file (:func:`.hardware.load_hardware` errors)."""
+        if hardware == "local":
+            placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
+            pred = self.learned.predict(config, placement)
+            return ExplorerResult(config, hardware, "learned", pred, self.measured(config, tier))
+        hw = load_hardware(hardware)
+        return ExplorerResult(config, hardware, "roofline", Roofline.predict(config, hw, method="simulate"), None)
