@@ -98,20 +98,23 @@ def part_comm(paths, repeats: int) -> None:
 
 
 def _summarise_run(times, ranks, cfg: PerfConfig) -> dict:
-    """Measured components: the medians over steps of each per-step quantity (max over ranks)."""
+    """Measured components: the medians over steps of each per-step quantity (max over ranks; min for the
+    collectives, see below)."""
     parts = [r["parts"] for r in ranks]
     n = len(times)
 
-    def per_step(fn):
-        return statistics.median(max(fn(p[i]) for p in parts) for i in range(n))
+    def per_step(fn, over_ranks=max):
+        return statistics.median(over_ranks(fn(p[i]) for p in parts) for i in range(n))
 
     fwd = max(statistics.median(statistics.mean(p[i]["fwd_s"]) for i in range(n)) for p in parts)
     bwd = max(statistics.median(statistics.mean(p[i]["bwd_s"]) for i in range(n)) for p in parts)
     blocks = [statistics.median(statistics.mean(p[i]["block_fwd_s"]) for i in range(n)) for p in parts
               if p[0]["block_fwd_s"]]
     return {"overall": statistics.median(times), "stage_fwd_max": fwd, "stage_bwd_max": bwd,
-            "encoder_fwd": max(blocks), "tp_allreduce": per_step(lambda q: q["tp_comm_s"]),
-            "grad_sync": per_step(lambda q: q["grad_sync_s"]), "update": per_step(lambda q: q["update_s"]),
+            # collectives: the rank that arrives last waits least, so its time is the communication itself
+            # (the others' includes waiting for it, which the overall step already counts)
+            "encoder_fwd": max(blocks), "tp_allreduce": per_step(lambda q: q["tp_comm_s"], min),
+            "grad_sync": per_step(lambda q: q["grad_sync_s"], min), "update": per_step(lambda q: q["update_s"]),
             "steps_s": times}
 
 
