@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.provenance.repair import MEMORY_REPLAY, PlannerRules, repair
+from lab.provenance.repair import MEMORY_REPLAY, SELECTIVE, PlannerRules, repair
 from lab.provenance.repair.evaluate import method_fn, run_failed, run_oracle, score_case
 from lab.provenance.repair.runner import run_program
 from lab.provenance.repair.store import MemTXMemory
@@ -34,12 +34,13 @@ def test_stress_cases_recovered_by_ours(trajectories):
     assert [c.failure for c in cases] == ["poisoned", "stale", "misattributed", "derived"]
     for c in cases:
         assert c.meta["value"] != c.meta["wrong"]
-        row = score_case(c, method_fn("", MEMORY_REPLAY))
+        row = score_case(c, method_fn("", PlannerRules()))
         assert row.recovered and row.faulty_removed == 1.0 and row.benign_kept == 1.0, c.id
         assert run_oracle(c).trace.answer is not None
-        validated = score_case(c, method_fn("", PlannerRules()))
-        # the known gap of the validated rules: a derived fault's calculation is deactivated, not re-derived
-        assert validated.recovered == (c.failure != "derived") and validated.answer_ok and validated.state_ok, c.id
+        old = score_case(c, method_fn("", SELECTIVE))
+        # the gap of the rules validated before the stress validation split: a derived fault's calculation is
+        # deactivated, not re-derived (answer and side effects right, memory wrong)
+        assert old.recovered == (c.failure != "derived") and old.answer_ok and old.state_ok, c.id
     rows = [score_case(c, method_fn("delete_source")) for c in cases]
     assert not any(r.recovered for r in rows)
 

@@ -23,13 +23,13 @@ evaluate
     Recovery, recurrence, faulty removed, benign kept, claim-invalidation F1, replay fraction.
 """
 
-from lab.provenance.repair.planner import MEMORY_REPLAY, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
+from lab.provenance.repair.planner import MEMORY_REPLAY, PAPER, SELECTIVE, Plan, PlanEntry, PlannerRules, plan_repair
 from lab.provenance.repair.replay import BASELINES, RepairResult, repair, run_baseline
 from lab.provenance.repair.runner import Program, Ref, StepSpec, Trace, run_program
 from lab.provenance.repair.store import AGENT_MEMORY, MemoryRecord, MemTXMemory
 
 __all__ = [
-    "MEMORY_REPLAY", "PAPER", "Plan", "PlanEntry", "PlannerRules", "plan_repair",
+    "MEMORY_REPLAY", "PAPER", "SELECTIVE", "Plan", "PlanEntry", "PlannerRules", "plan_repair",
     "BASELINES", "RepairResult", "repair", "run_baseline",
     "Program", "Ref", "StepSpec", "Trace", "run_program",
     "AGENT_MEMORY", "MemoryRecord", "MemTXMemory",
