@@ -1,6 +1,6 @@
 """Placement across federated sites (Diamond Agent's evaluation, made meaningful): replay and live.
 
-    python -m benchmarks.placement --out FILE.json [--part replay|live|all] [--rounds 19] [--jobs 83] [--live-rounds 30]
+    python -m benchmarks.placement --out FILE.json [--part replay|live|all] [--rounds 19] [--jobs 83] [--live-rounds 36]
 
 ``replay`` (:mod:`benchmarks.placement_replay`): four sites from four real traces,
 real schedules as ground truth, policies (:mod:`lab.hpc.placement`) that see only
@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks._common import write
 from benchmarks.placement_live import run_live
-from benchmarks.placement_replay import EVAL_SEEDS, TUNED_ON, TUNING_CRITERION, VALIDATION_SEEDS, make_predictor, run_replay, tune
+from benchmarks.placement_replay import EVAL_SEEDS, TUNED_ON, TUNING_CRITERION, VALIDATION_SEEDS, make_predictor, probe_table, run_replay, tune
 
 
 def replay_part(rounds: int, jobs: int, eval_seeds, validation_seeds) -> dict:
@@ -43,6 +44,7 @@ def replay_part(rounds: int, jobs: int, eval_seeds, validation_seeds) -> dict:
     tuned_on = f"{TUNED_ON} This run: {tuning['settings_compared']} settings compared on validation seeds {list(validation_seeds)} (validation weeks only) by {TUNING_CRITERION}; chosen {tuning['chosen_name']}"
     result = run_replay(rounds, jobs, seeds=list(eval_seeds), predictor=predictor, tuned_on=tuned_on)
     result["tuning"] = tuning
+    result["probes"] = probe_table(result["probes"])  # one table, not 1,660 dicts (the file was 2.8 MB)
     return result
 
 
@@ -54,16 +56,18 @@ def main(argv=None) -> None:
     p.add_argument("--jobs", type=int, default=83, help="replay probes per seed")
     p.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS))
     p.add_argument("--validation-seeds", type=int, nargs="+", default=list(VALIDATION_SEEDS))
-    p.add_argument("--live-rounds", type=int, default=30, help="live rounds (4 probes each)")
+    p.add_argument("--live-rounds", type=int, default=36, help="live rounds asked for (4 probes each; rounds not finished within the drain timeout are left out)")
     p.add_argument("--seed", type=int, default=0, help="the live run's seed")
     a = p.parse_args(argv)
     out = Path(a.out)
     old = json.loads(out.read_text()) if out.is_file() and a.part != "all" else {}
-    result = {"benchmark": "placement", "replay": old.get("replay"), "live": old.get("live")}
+    result = {"benchmark": "placement", "replay": old.get("replay"), "live": old.get("live"), "parts": dict(old.get("parts") or {})}
     if a.part in ("replay", "all"):
         result["replay"] = replay_part(a.rounds, a.jobs, a.eval_seeds, a.validation_seeds)
+        result["parts"]["replay"] = {"when": datetime.now(timezone.utc).isoformat(), "command": "python -m benchmarks.placement --part replay --out FILE.json"}
     if a.part in ("live", "all"):
         result["live"] = run_live(rounds=a.live_rounds, seed=a.seed)
+        result["parts"]["live"] = {"when": datetime.now(timezone.utc).isoformat(), "command": f"python -m benchmarks.placement --part live --out FILE.json --live-rounds {a.live_rounds}"}
     write(out, result)
 
 

@@ -5,8 +5,10 @@ NASA iPSC, sized 8, 8, 4 and 2 CPUs. Each gets background load replayed from its
 trace, compressed in time (``compress`` trace seconds per real second) and scaled
 in size (a job's processors as a share of its machine, times the site's CPUs, at
 least 1); the jobs are ``sleep``\\ s of the compressed run time that ask for the
-compressed requested walltime (Slurm's minimum, one minute, where shorter). The
-real Slurm schedulers decide when everything starts.
+compressed requested walltime (Slurm's minimum, one minute, where shorter), thinned
+(:func:`thin_load`) to an offered load of about the site's capacity so that queues form
+in the traces' bursts without growing for the whole run. The real Slurm schedulers
+decide when everything starts.
 
 Every round, the same probe (1-2 CPUs, i.e. 50-100% of the smallest site; 4-12 s
 of run time) is submitted to all four sites at once (matched rounds). Just before,
@@ -38,6 +40,7 @@ from tqdm import tqdm
 
 from benchmarks.placement_replay import summarize
 from lab.hpc import skills
+from lab.hpc.errors import ArgumentError
 from lab.hpc.placement import choose, place
 from lab.hpc.schedulers.base import JobSpec
 from lab.hpc.swf import load_trace
@@ -83,23 +86,50 @@ def background_jobs(trace_name: str, cpus: int, start_offset_s: float, duration_
     return out
 
 
+#: Trace seconds per real second, per site (NASA's log has ~5x Theta's job rate: at 1800 its 2-CPU site got
+#: 4.7 jobs/s, more than the local Slurm launches, and its queue only grew).
+COMPRESS = {"theta22": 1800.0, "theta23": 1800.0, "hpc2n": 1800.0, "nasa": 600.0}
+#: Background jobs are thinned (each kept with probability min(1, target / offered)) so that the offered load
+#: (CPU-seconds asked per real second over the site's CPUs) is about this: queues form in the traces' bursts but
+#: do not grow without bound (offered loads were 1.45-1.7 x capacity, so late rounds' probes never finished).
+TARGET_LOAD = 1.0
+
+
+def thin_load(jobs: list[tuple[float, JobSpec]], cpus: int, duration_s: float, target: float | None, rng: np.random.Generator) -> tuple[list[tuple[float, JobSpec]], float]:
+    """Keep each background job with probability ``min(1, target / offered)``, where ``offered`` is the jobs'
+    CPU-seconds (``ntasks x sleep``) per second of ``duration_s`` over ``cpus``; ``target`` None keeps all.
+    Returns (kept jobs, offered load before thinning)."""
+    if duration_s <= 0 or cpus <= 0:
+        raise ArgumentError(f"thin_load: duration_s and cpus must be positive, got duration_s={duration_s}, cpus={cpus}")
+    cpu_s = sum(spec.ntasks * float(spec.command.split()[1]) for _, spec in jobs)
+    offered = cpu_s / duration_s / cpus
+    if target is None or offered <= target:
+        return list(jobs), offered
+    keep = rng.random(len(jobs)) < target / offered
+    return [j for j, k in zip(jobs, keep) if k], offered
+
+
 def run_live(
     *,
-    rounds: int = 30,
+    rounds: int = 36,
     period_s: float = 8.0,
     warmup_s: float = 60.0,
-    compress: float = 1800.0,
-    drain_timeout_s: float = 300.0,
+    compress: float | dict[str, float] | None = None,
+    target_load: float | None = TARGET_LOAD,
+    drain_timeout_s: float = 480.0,
     seed: int = 0,
     workdir: Path | None = None,
 ) -> dict:
     """Run the live comparison; returns the ``live`` JSON object (see the module docstring).
 
     ``rounds`` probe rounds every ``period_s`` seconds after ``warmup_s`` seconds of background
-    load; ``compress`` trace seconds per real second; rounds whose four probes have not all
-    finished ``drain_timeout_s`` seconds after the last round are left out (``rounds`` counts
-    the complete ones). Raises :class:`lab.hpc.testbed.TestbedError` without Slurm.
+    load; ``compress`` trace seconds per real second (one number, or per site; default
+    :data:`COMPRESS`); background jobs thinned to ``target_load`` (:func:`thin_load`; None: all);
+    rounds whose four probes have not all finished ``drain_timeout_s`` seconds after the last round
+    are left out (``rounds`` counts the complete ones; ``rounds_incomplete`` the others).
+    Raises :class:`lab.hpc.testbed.TestbedError` without Slurm.
     """
+    compress = dict(COMPRESS) if compress is None else ({n: float(compress) for n in SITES} if isinstance(compress, (int, float)) else dict(compress))
     rng = np.random.default_rng(seed)
     base = Path(workdir or tempfile.mkdtemp(prefix="labpl", dir="/tmp"))
     tb = Testbed(base / "tb", timeout_s=60)
@@ -117,7 +147,11 @@ def run_live(
         duration = warmup_s + rounds * period_s + 30
         # Background load: one submitting thread per site, in real time.
         offsets = {name: float(rng.uniform(7, 21)) * 86400 for name in names}  # skip each trace's first week
-        loads = {name: background_jobs(SITES[name][0], SITES[name][1], offsets[name], duration, compress) for name in names}
+        loads, offered = {}, {}
+        thin_rng = np.random.default_rng([seed, 1])  # its own stream: the probes' draws stay those of the seed
+        for name in names:
+            jobs = background_jobs(SITES[name][0], SITES[name][1], offsets[name], duration, compress[name])
+            loads[name], offered[name] = thin_load(jobs, SITES[name][1], duration, target_load, thin_rng)
         t_start = time.time()
         stop = threading.Event()
 
@@ -225,6 +259,7 @@ def run_live(
     fixed = {p: per_policy[p]["mean_extra_s"]["value"] for p in policies if p.startswith("fixed:")}
     return {
         "rounds": len(complete_rounds),
+        "rounds_incomplete": len(decisions) - len(complete_rounds),
         "jobs": len(complete_rounds) * len(names),
         "nontrivial_share": float(np.mean(nontrivial)) if nontrivial else None,
         "policies": per_policy,
@@ -238,8 +273,14 @@ def run_live(
             "n": len(latencies),
         },
         "inputs": {
-            "sites": {n: {"trace": SITES[n][0], "cpus": SITES[n][1], "trace_offset_days": round(offsets[n] / 86400, 2), "background_jobs": len(loads[n])} for n in names},
+            "sites": {
+                n: {"trace": SITES[n][0], "cpus": SITES[n][1], "trace_offset_days": round(offsets[n] / 86400, 2), "background_jobs": len(loads[n]),
+                    "compress": compress[n], "offered_load_before_thinning": round(offered[n], 3)}
+                for n in names
+            },
             "compress": compress,
+            "target_load": target_load,
+            "drain_timeout_s": drain_timeout_s,
             "rounds_requested": rounds,
             "period_s": period_s,
             "warmup_s": warmup_s,

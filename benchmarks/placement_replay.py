@@ -737,6 +737,35 @@ def compact_probe(rec: dict) -> dict:
     }
 
 
+def probe_table(probes: list[dict]) -> dict:
+    """The probe records as one table for the JSON file (a list of dicts repeats every key 1,660 times):
+    ``{"columns": [...], "rows": ["v,v,...", ...], "sites": [...], "notes": ...}`` (each row a CSV line: the file is
+    indented JSON, which would put every number of a list on its own line); per site ``wait_s:<site>``,
+    ``pending:<site>``, ``free:<site>``, ``predicted_wait_s:<site>`` (``earliest_completion``'s predictor), per
+    policy (not fixed) ``chosen:<policy>`` as the site's index in ``sites``, seconds rounded to 1 s. Completion
+    at a site = wait + run time + the site's ``dispatch_latency_s``; a policy's extra = its site's completion
+    minus the round's smallest."""
+    if not probes:
+        return {"columns": [], "rows": [], "sites": []}
+    sites = list(probes[0]["wait_s"])
+    pols = list(probes[0]["chosen"])
+    cols = ["seed", "round", "processors", "runtime_s", "requested_s"]
+    cols += [f"{k}:{n}" for k in ("wait_s", "pending", "free", "predicted_wait_s") for n in sites] + [f"chosen:{p}" for p in pols]
+
+    def r0(x):
+        return None if x is None or not math.isfinite(x) else int(round(float(x)))
+
+    rows = []
+    for rec in probes:
+        row = [rec["seed"], rec["round"], rec["processors"], r0(rec["runtime_s"]), r0(rec["requested_s"])]
+        row += [r0(rec["wait_s"][n]) for n in sites] + [rec["pending"][n] for n in sites] + [rec["free"][n] for n in sites]
+        row += [r0(rec["predicted_wait_s"].get(n)) for n in sites] + [sites.index(rec["chosen"][p]) for p in pols]
+        rows.append(",".join("" if x is None else str(x) for x in row))
+    return {"columns": cols, "rows": rows, "sites": sites,
+            "notes": "rows are CSV lines in the order of columns (empty: not finite); completion = wait + runtime + dispatch_latency_s[site]; "
+                     "extra = completion at the chosen site - the smallest completion of the probe"}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")

@@ -111,3 +111,17 @@ def test_earliest_completion_tie_tolerance_breaks_near_ties_by_fewest_pending():
     assert earliest_completion(views, tie_within_s=300).site == "c"
     with pytest.raises(PlacementError, match="tie_within_s"):
         earliest_completion(views, tie_within_s=-1)
+
+
+@pytest.mark.parametrize("target", [None, 2.0, 0.5])
+def test_thin_load_keeps_the_offered_load_near_the_target(target):
+    from benchmarks.placement_live import thin_load
+    from lab.hpc.schedulers.base import JobSpec
+
+    jobs = [(float(i), JobSpec(name="bg", command="sleep 2.00", ntasks=2, walltime_s=60)) for i in range(1000)]
+    kept, offered = thin_load(jobs, 4, 1000.0, target, np.random.default_rng(0))  # 4,000 CPU-s over 1,000 s x 4 CPUs
+    assert offered == 1.0
+    if target is None or target >= offered:
+        assert kept == jobs
+    else:
+        assert 0.4 < len(kept) / len(jobs) < 0.6 and all(j in jobs for j in kept)

@@ -457,3 +457,16 @@ def test_paired_differences_are_per_seed_method_minus_baseline():
     assert lo <= pair["mean_extra_diff_mean"] <= hi
     assert set(r["paired"]) >= {"earliest_completion-vs-idle_first", "earliest_completion-vs-best_fixed"}
     assert all(k in pair for k in ("mean_extra_diff_ci95", "p90_extra_diff_ci95"))
+
+
+def test_probe_table_keeps_what_rebuilds_every_policys_extra(small_replay):
+    import csv
+
+    r = small_replay
+    table = pr.probe_table(r["probes"])
+    assert len(table["rows"]) == len(r["probes"]) and table["sites"] == list(r["dispatch_latency_s"])
+    for rec, line in zip(r["probes"], table["rows"]):
+        row = dict(zip(table["columns"], [int(x) if x else None for x in next(csv.reader([line]))]))
+        comp = {n: row[f"wait_s:{n}"] + row["runtime_s"] + r["dispatch_latency_s"][n] for n in table["sites"]}
+        for pol in rec["chosen"]:
+            assert comp[table["sites"][row[f"chosen:{pol}"]]] - min(comp.values()) == pytest.approx(rec["extra_s"][pol], abs=2.0)  # 1 s rounding
