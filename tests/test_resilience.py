@@ -128,13 +128,24 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
 
 
 def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):
-    # rank 1 dies inside its snapshot thread, between the parameter and the shard copy of generation 5:
-    # generation 5 is never replicated, so the run must resume from 4 (committed everywhere), not 5
+    # rank 1 dies inside its snapshot thread, between the parameter-shard and the moments copy of
+    # generation 5: its generation 5 is torn and never replicated (its peer holds 4). The survivors
+    # committed 5, so rank 1's shard of 5 is replayed from replica 4 plus the gradient its peer kept:
+    # 0 completed steps lost, bit-identical, nothing read from the torn buffer
     out = run_resilient(_cfg(tmp_path, "torn", faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]), timeout=120)
     [f] = out.failures
     assert f.kind == "killed" and f.restore == "memory"
-    assert f.generation == 4
+    assert (f.generation, f.replayed, f.steps_lost) == (5, True, 0)
     assert out.param_sha256 == reference.param_sha256
+
+
+def test_kill_before_replication_loses_no_completed_step(tmp_path, reference):
+    # rank 0 dies after optimizer step 6, before sending generation 6 to its peer: replayed, 0 lost
+    out = run_resilient(_cfg(tmp_path, "send", faults=[FaultPlan(step=6, rank=0, phase="snapshot_send")]), timeout=120)
+    [f] = out.failures
+    assert (f.rank, f.generation, f.replayed, f.steps_lost) == (0, 6, True, 0)
+    assert out.param_sha256 == reference.param_sha256
+    assert all(out.losses[s] == reference.losses[s] for s in out.losses)
 
 
 def test_corrupted_replica_is_refused_and_disk_checkpoint_used(tmp_path, reference):

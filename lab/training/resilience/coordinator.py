@@ -28,6 +28,19 @@ Resume point
     replica failing its checksum is reported (rank and generation named, event ``train.replica``) and
     never loaded; with no usable generation the run falls back to the newest complete disk checkpoint
     (or the initial state).
+
+Zero completed steps lost (replay)
+    A rank killed after optimizer step ``t`` but before its generation ``t`` reached its peer (mid
+    snapshot copy, before the replica transfer, right after the step) leaves the peer with generation
+    ``t - 1`` while the survivors committed ``t``: resuming at ``t - 1`` would redo a step every rank
+    had completed. The holder therefore also keeps its predecessor's shard of the averaged gradient of
+    the last two steps (gloo's all-reduce leaves identical bytes on every rank, so it is the gradient
+    the lost rank used), and generation ``t`` of the lost shard is rebuilt by running the same AdamW
+    update on replica ``t - 1`` with it -- bit-identical, no step recomputed by anyone. It is used
+    only when the holder's own RNG state did not change over that step (the program consumed no
+    random numbers; every rank runs the same program). Otherwise the run resumes at ``t - 1``, which
+    is 0 *committed* generations lost (PHOENIX commits a generation when its local copy and its peer
+    copy are both complete) but one completed step recomputed.
 """
 
 from __future__ import annotations
@@ -77,6 +90,10 @@ class FailureRecord:
         The spare's worker id that took the rank (None for ``transient``).
     generation : int
         The generation (step) resumed from; ``restore`` is ``memory``, ``disk`` or ``fresh``.
+    replayed : bool
+        The lost rank's shard of ``generation`` was rebuilt by replaying that optimizer step on its
+        replica of ``generation - 1`` with the gradient shard its replica holder kept (see the module
+        docstring, "Resume point").
     last_step : int
         The last step rank 0 completed before the failure.
     detection_s, rebuild_s, restore_s, recompute_s, recovery_s : float
@@ -100,6 +117,7 @@ class FailureRecord:
     recompute_s: float = float("nan")
     recovery_s: float = float("nan")
     replica_problems: list[str] = field(default_factory=list)
+    replayed: bool = False
     t_fail: float = 0.0
 
     @property
@@ -375,6 +393,7 @@ class ResilientRun:
             plan = self._choose_generation(survivors, reports, new_ranks, records)
             for rec in records:
                 rec.generation, rec.restore = plan["generation"], plan["restore"]
+                rec.replayed = rec.rank in plan.get("replay", [])
                 if rec.replacement is not None:
                     self._event(KIND_SWAP, {"rank": rec.rank, "old_worker": rec.worker, "old_pid": rec.pid,
                                             "new_worker": rec.replacement, "new_pid": rec.replacement_pid,
@@ -401,7 +420,8 @@ class ResilientRun:
             gens = set(reports.get(w, {}).get("local", []))
             common = gens if common is None else common & gens
         common = common or set()
-        problems = []
+        local_common = set(common)
+        problems, replayable = [], {}
         for r in new_ranks:
             holder = (r + 1) % cfg.workers
             hw = survivors.get(holder)
@@ -409,23 +429,31 @@ class ResilientRun:
                 problems.append(f"the replica of rank {r} was on rank {holder}, which failed too")
                 common = set()
                 continue
-            rep = reports.get(hw, {}).get("replica", {})
+            report = reports.get(hw, {})
+            rep = report.get("replica", {})
             bad = sorted(int(g) for g, st in rep.items() if st != "ok")
             for g in bad:
                 problems.append(f"replica of rank {r} generation {g} held by rank {holder} fails its CRC-32 check")
             if bad:
                 common = set()  # silent corruption: do not trust the in-memory copies, go to disk
-            common &= {int(g) for g, st in rep.items() if st == "ok"}
+            ok = {int(g) for g, st in rep.items() if st == "ok"}
+            # replay: generation g+1 is rebuilt from replica g plus the holder's copy of rank r's
+            # averaged gradient of step g+1 (when that step consumed no random numbers)
+            replay = {g + 1 for g in ok if g + 1 in set(report.get("pred_grad_steps", [])) and report.get("rng_static")}
+            replayable[r] = replay - ok
+            common &= ok | replay
             if not common and not bad:
                 problems.append(f"no generation of rank {r}'s replica on rank {holder} matches the survivors' "
-                                f"(replica: {sorted(rep)}, survivors: {sorted(common)})")
+                                f"(replica: {sorted(rep)}, survivors: {sorted(local_common)})")
         for p in problems:
             self._event(KIND_REPLICA, {"problem": p})
         for rec in records:
             rec.replica_problems = problems
         src = min(survivors) if survivors else 0
         if common:
-            return {"restore": "memory", "generation": max(common), "new_ranks": new_ranks, "src": src}
+            g = max(common)
+            return {"restore": "memory", "generation": g, "new_ranks": new_ranks, "src": src,
+                    "replay": sorted(r for r in new_ranks if g in replayable.get(r, ()))}
         disk = sorted(int(d.name.removeprefix("step_")) for d in (Path(cfg.run_dir) / "checkpoints").glob("step_*")
                       if (d / "COMPLETE").is_file()) if (Path(cfg.run_dir) / "checkpoints").is_dir() else []
         if disk:

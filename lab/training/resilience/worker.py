@@ -264,6 +264,10 @@ class _Worker:
         self.copier = DeviceCopier(self.flat.device)
         self.local = PingPong(layout, pin_memory=self.copier.pin_memory)
         self.replica = PingPong(layout, pin_memory=self.copier.pin_memory)
+        # the replica holder's copy of its predecessor's averaged-gradient shard of the last two steps
+        # (ping-pong by step): with it a lost rank's shard can be *replayed* one step past its replica
+        self.pred_grads = [torch.zeros(self.shard_len), torch.zeros(self.shard_len)]
+        self.pred_grad_steps: list[int | None] = [None, None]
         self.rank: int | None = None
         self.step = 0
         self.fired: set[int] = set()
@@ -336,6 +340,29 @@ class _Worker:
         torch.set_rng_state(snap["rng"].clone())
         return int(snap["meta"][1])
 
+    def _adamw_step(self, step: int, grad_shard: torch.Tensor) -> None:
+        """ZeRO-1 AdamW update of this rank's shard for step ``step`` (torch.optim.AdamW's update, written
+        out) from the averaged gradient shard; the same code runs in training and in a replay."""
+        cfg, (b1, b2) = self.cfg, self.cfg.betas
+        lo, hi = self.rank * self.shard_len, (self.rank + 1) * self.shard_len
+        lr = _lr(cfg, step)
+        self.opt_step += 1
+        p, g, m, v = self.flat[lo:hi], grad_shard, self.exp_avg, self.exp_avg_sq
+        p.mul_(1 - lr * self.wd[lo:hi])
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        bc1, bc2 = 1 - b1 ** self.opt_step, 1 - b2 ** self.opt_step
+        denom = (v.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
+        p.addcdiv_(m, denom, value=-lr / bc1)
+
+    def _rng_static(self) -> bool:
+        """Whether this rank's RNG state is the same in its two committed generations (the step consumed
+        no random numbers; every rank runs the same program, so the same holds for a lost rank)."""
+        gens = self.local.committed()
+        if len(gens) < 2 or gens[1] != gens[0] + 1:
+            return False
+        return torch.equal(self.local.get(gens[0], verify=False).tensors["rng"], self.local.get(gens[1], verify=False).tensors["rng"])
+
     def _disk_dir(self, step: int) -> Path:
         return Path(self.cfg.run_dir) / "checkpoints" / f"step_{step:08d}"
 
@@ -375,16 +402,19 @@ class _Worker:
             g = plan["generation"]
             for pp in (self.local, self.replica):
                 pp.drop_after(g)
-            new = set(plan["new_ranks"])
+            new, replay = set(plan["new_ranks"]), set(plan.get("replay", []))
             if rank not in new:
                 self.step = self._load_snapshot(self.local.get(g).tensors)  # verifies the CRC-32
             for r in sorted(new):
                 holder = (r + 1) % self.cfg.workers
+                src_gen = g - 1 if r in replay else g
                 if rank == holder:
-                    buf = self.replica.get(g)  # verifies the CRC-32 (the transfer recorded the sender's)
-                    dist.send(torch.tensor([g, buf.crc], dtype=torch.int64), r)
+                    buf = self.replica.get(src_gen)  # verifies the CRC-32 (the transfer recorded the sender's)
+                    dist.send(torch.tensor([src_gen, buf.crc], dtype=torch.int64), r)
                     for name in _SNAP_NAMES:
                         dist.send(buf.tensors[name], r)
+                    if r in replay:  # the averaged gradient shard of step g, kept since that step
+                        dist.send(self.pred_grads[self.pred_grad_steps.index(g)], r)
                 elif rank == r:
                     head = torch.zeros(2, dtype=torch.int64)
                     dist.recv(head, holder)
@@ -393,6 +423,15 @@ class _Worker:
                         dist.recv(dst.tensors[name], holder)
                     self.local.commit(dst, int(head[0]), int(head[1]))  # verifies the CRC-32
                     self.step = self._load_snapshot(dst.tensors)
+                    if r in replay:
+                        # replay optimizer step g on the shard of generation g-1: the same update, from
+                        # the same inputs, that the lost rank ran (bit-identical); the RNG state carries
+                        # over (the plan only replays when the step consumed no random numbers)
+                        grad = torch.zeros(self.shard_len)
+                        dist.recv(grad, holder)
+                        self._adamw_step(g, grad)
+                        self.step = g
+                        self.local.write(g, self._snapshot_sources(g))
             # every rank restored its own shard of generation g: the parameters are their concatenation
             shard = self._shard().clone()
             dist.all_gather(list(self.flat.split(self.shard_len)), shard)
@@ -415,10 +454,12 @@ class _Worker:
         if cfg.events_path is not None:
             self._record_start(epoch, plan)
         lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
+        pred = (rank - 1) % n
+        plo, phi = pred * self.shard_len, (pred + 1) * self.shard_len
+        self.pred_grad_steps = [None, None]
         shards = list(self.flat.split(self.shard_len))
         snap = Snapshotter(self.local, self.replica, rank, n, snap_group, fault=self._snapshot_fault, copier=self.copier)
         self.snap = snap
-        b1, b2 = cfg.betas
         step_times, iter_times, protected, losses = {}, {}, {}, {}
         t_prev = None
         try:
@@ -449,20 +490,15 @@ class _Worker:
                 # (they only read the parameters); the optimizer step below overwrites the parameter
                 # shard and the moments in place, so it must not start before that copy is done (CPU:
                 # wait for the copy; CUDA: the compute stream waits on the copy's event).
+                on = cfg.protected(step)
+                if on:  # keep the predecessor's gradient shard of this step (a replay's input)
+                    self.pred_grads[step % 2].copy_(self.grad[plo:phi])
+                    self.pred_grad_steps[step % 2] = step
                 snap.wait_copied()
-                # ZeRO-1 AdamW on this rank's shard (torch.optim.AdamW's update, written out)
                 lr = _lr(cfg, step)
-                self.opt_step += 1
-                p, g, m, v = self.flat[lo:hi], self.grad[lo:hi], self.exp_avg, self.exp_avg_sq
-                p.mul_(1 - lr * self.wd[lo:hi])
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                bc1, bc2 = 1 - b1 ** self.opt_step, 1 - b2 ** self.opt_step
-                denom = (v.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
-                p.addcdiv_(m, denom, value=-lr / bc1)
+                self._adamw_step(step, self.grad[lo:hi])
                 dist.all_gather(shards, self.flat[lo:hi].clone())
                 self.step = step
-                on = cfg.protected(step)
                 if on:
                     snap.submit(step, self._snapshot_sources(step))
                 step_s = time.perf_counter() - t0
@@ -529,6 +565,7 @@ class _Worker:
         self._set(f"report/{epoch}/{self.worker_id}", {
             "rank": self.rank, "kind": kind, "error": text[:400], "step": self.step,
             "local": self.local.committed(),
+            "pred_grad_steps": [s for s in self.pred_grad_steps if s is not None], "rng_static": self._rng_static(),
             "replica": replica, "time": time.time()})
 
     def main(self) -> None:
