@@ -76,7 +76,8 @@ Priors and splits (``PRIOR_SPECS``; adding a prior is one entry)
   i.e. ``LearnedPrior.from_registry``, verified through the data registry); the JSON's
   ``learned_priors`` says, per name, whether it was included and why not.
   Each has its own ``tuning_key`` (``learned-<name>``: tuned at NFE 20 on 16 images of the data set's
-  **val** split with :data:`lab.generative.tuning.LEARNED_GRIDS`; those values serve every NFE) and
+  **val** split; the flow methods' values still come from the grids of before the budget rule, recorded in
+  ``tuned.json``, Tikhonov's from the budget rule; those values serve every NFE) and
   runs on the network's device and use ``--learned-nfe`` (default: ``--nfe``), ``--learned-methods``
   (default: all) and ``--learned-claims`` (``full``, ``short`` = the sweeps of ``--quick``, or ``none``;
   default ``full`` on CUDA, ``short`` on a CPU). Cost on a CPU: the lab's 1.06 M-parameter U-Net takes
