@@ -1,20 +1,22 @@
 """Hot-swap fault tolerance (PHOENIX re-implementation) against restart-the-world checkpointing.
 
-    python -m benchmarks.resilience --out FILE.json [--part all|phoenix|restart] [--trials 10] [--quick]
+    python -m benchmarks.resilience --out FILE.json [--part all|phoenix|overhead|kills|restart|torchft] [--trials 10]
 
 All methods train the character-level GPT of :mod:`lab.training` on the Shakespeare plays, 4 data-parallel
 ranks on gloo (this machine's 2 shared CPU cores), same batches, learning-rate schedule and AdamW
 hyper-parameters.
 
 ``phoenix`` (:mod:`lab.training.resilience`, 4 workers + 1 spare, replenished after each swap)
-    overhead: one uninterrupted run per model size with protection alternating on/off in blocks of
-    ``block`` steps; ``overhead`` = mean step time on / mean step time off - 1 (95% CI by bootstrap over
-    blocks). Its final parameters are the reference for ``bit_identical``. Recovery: one run with
-    ``trials`` kills (SIGKILL) at seeded random steps and ranks, cycling through the points of a step:
-    mid gradient all-reduce, mid snapshot copy, before the replica transfer, right after the step.
-    ``recovery_s`` is kill -> the step after the last completed one done again, split into detection,
-    rebuild (new process group), restore (state loaded) and recompute. ``steps_lost`` = completed steps
-    whose work was redone (median and worst over trials).
+    overhead (:func:`phoenix_overhead`, three model sizes): one uninterrupted run per size with
+    protection alternating on/off in blocks of 5 steps; a step's time is its whole loop iteration;
+    ``overhead`` = mean on / mean off - 1 with a 95% bootstrap CI over adjacent (on, off) block pairs;
+    with the snapshot thread's CPU time per generation and the overhead it predicts when no core is
+    idle. Recovery (:func:`phoenix_kills`): one run per size with ``trials`` SIGKILLs at *each* point of
+    a step (mid gradient all-reduce, mid snapshot copy, before the replica transfer, right after the
+    step) at seeded random steps and ranks. ``recovery_s`` is kill -> the step after the last
+    completed one done again, split into detection, rebuild (new process group), restore (state
+    loaded, replay included) and recompute. ``steps_lost`` = completed steps whose work was redone;
+    ``bit_identical`` against an uninterrupted run with protection off.
 ``restart_dcp_1``, ``restart_dcp_50``, ``async_dcp``
     ``torchrun --max-restarts`` restarting the whole worker group, resuming from the newest complete
     ``torch.distributed.checkpoint`` checkpoint (``dcp.save`` every 1 / 50 steps, ``dcp.async_save``
@@ -52,7 +54,7 @@ SIZES = {  # GPTConfig fields; "base" is the model every method is compared on
     "mid": {"block_size": 64, "n_layer": 4, "n_head": 4, "d_model": 192},
     "large": {"block_size": 64, "n_layer": 6, "n_head": 8, "d_model": 256},
 }
-PHOENIX_STEPS = {"base": 70, "mid": 40, "large": 40}  # kills are spaced (steps - 6) / trials apart
+OVERHEAD_STEPS = {"base": 210, "mid": 110, "large": 70}  # same-run alternating blocks of 5 steps
 PHASES = ["collective", "snapshot_copy", "snapshot_send", "step"]
 
 
@@ -69,47 +71,86 @@ def _train_kw(size: str, steps: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- phoenix
 def phoenix_overhead(size: str, steps: int, block: int, workdir: Path) -> dict:
+    """Same-run overhead: protection alternates on/off in blocks of ``block`` steps (on first). A step's
+    time is its whole loop iteration, start to start (forward, backward, gradient all-reduce, optimizer,
+    all-gather, snapshot hand-off, loss all-reduce); the first step of each block is left out (the
+    previous block's last replication may spill into it), and so is the first pair of blocks (warm-up).
+    ``overhead`` = mean on / mean off - 1; ``overhead_ci95``: bootstrap over the adjacent (on, off)
+    block pairs' ratios. ``snapshot_cpu_ms_per_generation``: the snapshot thread's CPU time per
+    generation (mean over ranks) by part; ``predicted_overhead`` = ranks x that / (cores x off step
+    time): what the snapshot costs when no core is idle to hide it on (every cycle it uses is taken
+    from a training process); ``hidden_fraction`` = 1 - measured / predicted."""
     from lab.training.resilience import ResilienceConfig, run_resilient
 
     cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}", spares=1, protect="alternate", block_steps=block,
                            **_train_kw(size, steps))
     out = run_resilient(cfg, timeout=900)
-    blocks_on, blocks_off = [], []
-    for b0 in range(1 + block, steps + 1, block):  # skip the first block (warm-up)
-        ss = [out.step_s[s] for s in range(b0, min(b0 + block, steps + 1))]
-        (blocks_on if out.protected[b0] else blocks_off).append(float(np.mean(ss)))
-    k = min(len(blocks_on), len(blocks_off))
-    ratios = [blocks_on[i] / blocks_off[i] - 1 for i in range(k)]
+    t = out.iter_s
+    blocks = []  # (protected, mean iteration time) per block, in order
+    for b0 in range(1 + 2 * block, steps + 1, block):
+        ss = [t[s] for s in range(b0 + 1, min(b0 + block, steps + 1)) if s in t]
+        if ss:
+            blocks.append((out.protected[b0], float(np.mean(ss))))
+    pairs = [(blocks[i][1], blocks[i + 1][1]) for i in range(0, len(blocks) - 1, 2) if blocks[i][0] and not blocks[i + 1][0]]
+    on = [a for a, _ in pairs]
+    off = [b for _, b in pairs]
+    ratios = [a / b - 1 for a, b in pairs]
     from lab.training.model import GPT, GPTConfig
 
     n_params = GPT(GPTConfig(vocab_size=70, **SIZES[size])).num_parameters()
-    return {"size": size, "n_params": n_params, "overhead": float(np.mean(blocks_on) / np.mean(blocks_off) - 1),
-            "overhead_ci95": _ci(ratios) if k > 1 else None, "step_s_on": float(np.mean(blocks_on)),
-            "step_s_off": float(np.mean(blocks_off)), "blocks": k, "snapshot_thread_busy_s": out.snapshot_busy_s,
+    gens = out.snapshot_generations
+    parts = {k: float(np.mean([c[k] / max(1, gens[w]) for w, c in out.snapshot_cpu_s.items()])) * 1e3
+             for k in ("copy", "crc", "replicate")}
+    cpu_gen_s = sum(parts.values()) / 1e3
+    cores = os.cpu_count() or 1
+    overhead = float(np.mean(on) / np.mean(off) - 1)
+    predicted = cfg.workers * cpu_gen_s / (cores * float(np.mean(off)))
+    return {"size": size, "n_params": n_params, "overhead": overhead,
+            "overhead_ci95": _ci(ratios) if len(pairs) > 1 else None, "step_s_on": float(np.mean(on)),
+            "step_s_off": float(np.mean(off)), "block_pairs": len(pairs), "block_steps": block,
+            "snapshot_cpu_ms_per_generation": parts, "snapshot_bytes_per_rank": 4 * 3 * (-(-n_params // cfg.workers)),
+            "predicted_overhead": predicted, "hidden_fraction": 1 - overhead / predicted if predicted > 0 else None,
+            "cores": cores, "snapshot_thread_busy_s": out.snapshot_busy_s,
             "peak_rss_mb_per_rank": {str(w): kb / 1024 for w, kb in out.maxrss_kb.items()},
             "param_sha256": out.param_sha256, "steps": steps}
 
 
-def phoenix_kills(size: str, steps: int, trials: int, workdir: Path, seed: int, reference_sha: str) -> dict:
+def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
+    """``per_phase`` SIGKILLs at each point of a step (mid gradient all-reduce, mid snapshot copy, before
+    the replica transfer, right after the step) in one run, at seeded random steps (3 apart) and ranks;
+    bit-identity against an uninterrupted run of the same size and steps with protection *off*."""
     from lab.training.resilience import FaultPlan, ResilienceConfig, run_resilient
 
     rng = random.Random(seed)
-    spacing = max(3, (steps - 6) // trials)
-    fault_steps = [4 + i * spacing + rng.randrange(0, max(1, spacing - 2)) for i in range(trials)]
+    n = per_phase * len(PHASES)
+    spacing = 3
+    steps = 4 + n * spacing + 4
+    fault_steps = [4 + i * spacing + rng.randrange(0, spacing - 1) for i in range(n)]
     faults = [FaultPlan(step=s, rank=rng.randrange(4), phase=PHASES[i % len(PHASES)]) for i, s in enumerate(fault_steps)]
+    ref = run_resilient(ResilienceConfig(run_dir=workdir / f"ph_ref_{size}", spares=1, protect="off", **_train_kw(size, steps)),
+                        timeout=900)
     cfg = ResilienceConfig(run_dir=workdir / f"ph_kill_{size}", spares=1, replenish=True, faults=faults, timeout_s=10,
                            grace_s=4, **_train_kw(size, steps))
-    out = run_resilient(cfg, timeout=900)
+    out = run_resilient(cfg, timeout=1200)
     rec = [{"rank": f.rank, "kind": f.kind, "phase": faults[i].phase if i < len(faults) else None, "step": f.last_step,
-            "generation": f.generation, "restore": f.restore, "old_worker": f.worker, "new_worker": f.replacement,
-            "detection_s": f.detection_s, "rebuild_s": f.rebuild_s, "restore_s": f.restore_s, "recompute_s": f.recompute_s,
-            "recovery_s": f.recovery_s, "steps_lost": f.steps_lost} for i, f in enumerate(out.failures)]
+            "generation": f.generation, "restore": f.restore, "replayed": f.replayed, "old_worker": f.worker,
+            "new_worker": f.replacement, "detection_s": f.detection_s, "rebuild_s": f.rebuild_s, "restore_s": f.restore_s,
+            "recompute_s": f.recompute_s, "recovery_s": f.recovery_s, "steps_lost": f.steps_lost} for i, f in enumerate(out.failures)]
     rs = [r["recovery_s"] for r in rec]
-    return {"size": size, "trials": len(rec), "faults_planned": len(faults), "failures": rec,
+    by_phase = {}
+    for ph in PHASES:
+        rr = [r for r in rec if r["phase"] == ph]
+        if rr:
+            by_phase[ph] = {"trials": len(rr), "recovery_s": statistics.median(r["recovery_s"] for r in rr),
+                            "recovery_worst_s": max(r["recovery_s"] for r in rr),
+                            "steps_lost_worst": max(r["steps_lost"] for r in rr), "replayed": sum(r["replayed"] for r in rr)}
+    return {"size": size, "steps": steps, "trials": len(rec), "faults_planned": len(faults), "failures": rec, "by_phase": by_phase,
             "recovery_s": statistics.median(rs), "recovery_worst_s": max(rs), "recovery_ci95": _ci(rs, np.median),
             "split_median_s": {k: statistics.median(r[k] for r in rec) for k in ("detection_s", "rebuild_s", "restore_s", "recompute_s")},
             "steps_lost": statistics.median(r["steps_lost"] for r in rec), "steps_lost_worst": max(r["steps_lost"] for r in rec),
-            "bit_identical": out.param_sha256 == reference_sha, "torn_resumes": 0 if all(r["restore"] == "memory" for r in rec) else None,
+            "replayed": sum(r["replayed"] for r in rec),
+            "bit_identical": out.param_sha256 == ref.param_sha256, "reference": "uninterrupted run, protection off",
+            "torn_resumes": 0 if all(r["restore"] == "memory" for r in rec) else None,
             "peak_rss_mb_per_rank": {str(w): kb / 1024 for w, kb in out.maxrss_kb.items()}, "wall_s": out.wall_s}
 
 
@@ -271,8 +312,9 @@ def torchft_method(trials: int, workdir: Path, seed: int, plain_step_s: float | 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--part", default="all", choices=["all", "phoenix", "overhead", "restart", "torchft"])
-    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--part", default="all", choices=["all", "phoenix", "overhead", "kills", "restart", "torchft"])
+    ap.add_argument("--trials", type=int, default=10, help="kills per method (phoenix: per point of the step)")
+    ap.add_argument("--kill-sizes", default="base,large", help="phoenix kill runs: comma-separated SIZES keys")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
@@ -288,22 +330,19 @@ def main(argv=None) -> int:
     if args.part in ("all", "overhead", "phoenix"):
         sizes = {}
         for size in tqdm(SIZES, desc="phoenix overhead by size"):
-            sizes[size] = phoenix_overhead(size, PHOENIX_STEPS[size], 5, workdir)
+            sizes[size] = phoenix_overhead(size, OVERHEAD_STEPS[size], 5, workdir)
         result["phoenix_overhead_by_size"] = sizes
-    if args.part in ("all", "phoenix"):
+    if args.part in ("all", "phoenix", "kills"):
+        kills = result.setdefault("phoenix_kills", {})
+        for size in tqdm(args.kill_sizes.split(","), desc="phoenix kills"):
+            kills[size] = phoenix_kills(size, args.trials, workdir, args.seed)
         sizes = result["phoenix_overhead_by_size"]
-        kills = {}
-        for size in tqdm(["base", "large"], desc="phoenix kills"):
-            n = args.trials if size == "base" else max(3, args.trials // 3)
-            # bit-identity: against the uninterrupted (alternating) run of the same size and steps
-            kills[size] = phoenix_kills(size, PHOENIX_STEPS[size], n, workdir, args.seed, sizes[size]["param_sha256"])
-        result["phoenix_kills"] = kills
         base = kills["base"]
         methods["phoenix"] = {"overhead": sizes["base"]["overhead"], "overhead_ci95": sizes["base"]["overhead_ci95"],
                               "recovery_s": base["recovery_s"], "recovery_worst_s": base["recovery_worst_s"],
                               "steps_lost": base["steps_lost"], "steps_lost_worst": base["steps_lost_worst"],
                               "bit_identical": base["bit_identical"], "trials": base["trials"],
-                              "split_median_s": base["split_median_s"]}
+                              "split_median_s": base["split_median_s"], "replayed": base["replayed"]}
     if args.part in ("all", "restart"):
         for name, mode, interval in tqdm([("restart_dcp_1", "sync", 1), ("restart_dcp_50", "sync", 50), ("async_dcp", "async", 1)],
                                          desc="restart baselines"):
