@@ -233,3 +233,15 @@ def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu():
 @pytest.mark.parametrize("use_stream", [True, False])
 def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cuda(use_stream):
     _snapshot_then_overwrite("cuda", use_stream=use_stream)
+
+
+def test_no_replay_when_the_step_consumed_random_numbers(tmp_path):
+    # with dropout every step draws from the RNG, so a replayed shard could not know the lost rank's RNG
+    # state after the step: the run resumes one generation earlier instead (1 step recomputed), still exact
+    model = {"block_size": 32, "n_layer": 2, "n_head": 2, "d_model": 32, "dropout": 0.1}
+    ref = run_resilient(_cfg(tmp_path, "dref", steps=6, model=model), timeout=120)
+    out = run_resilient(_cfg(tmp_path, "drop", steps=6, model=model, faults=[FaultPlan(step=4, rank=1, phase="snapshot_send")]),
+                        timeout=120)
+    [f] = out.failures
+    assert (f.generation, f.replayed, f.steps_lost) == (3, False, 1)
+    assert out.param_sha256 == ref.param_sha256
