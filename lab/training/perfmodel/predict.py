@@ -57,10 +57,30 @@ class LearnedPredictor:
     def __init__(self, primitives: PrimitiveModel, comm: CommModel):
         self.primitives, self.comm = primitives, comm
 
-    def time_fn(self, config: PerfConfig, placement: Placement | None = None):
-        """``time_fn(op, direction) -> seconds`` for :func:`.compose.compose` (memoised per operator shape)."""
+    def _batch(self, config: PerfConfig, ops) -> dict:
+        """Every compute operator's time, one regressor call per (kind, direction) (trees predict in batches)."""
+        todo: dict = {}
+        for op in ops:
+            if op.is_collective:
+                continue
+            kind, feats = features_of(op, config)
+            for direction in (("fwd", "bwd") if op.phase == "micro_batch" else ("fwd",)):
+                flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
+                nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
+                key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
+                todo.setdefault((kind, direction), {})[key] = (feats, flops, nbytes)
+        cache = {}
+        for (kind, direction), items in todo.items():
+            keys = list(items)
+            times = self.primitives.predict_many(kind, direction, config.precision, [items[k] for k in keys])
+            cache.update(zip(keys, times))
+        return cache
+
+    def time_fn(self, config: PerfConfig, placement: Placement | None = None, ops=None):
+        """``time_fn(op, direction) -> seconds`` for :func:`.compose.compose` (memoised per operator shape;
+        ``ops``, when given, are predicted up front in one batch per regressor)."""
         placement = placement or single_tier()
-        cache: dict = {}
+        cache: dict = self._batch(config, ops) if ops is not None else {}
         firsts: set = set()
         seen_stages: set = set()
 
@@ -92,7 +112,8 @@ class LearnedPredictor:
         ``method="simulate"``, ``schedule="1f1b"``). The elapsed prediction time is in ``.prediction_s``."""
         t0 = time.perf_counter()
         kw = {"method": "simulate", "schedule": "1f1b"} | compose_kw
-        pred = compose(config, decompose(config), self.time_fn(config, placement), **kw)
+        ops = decompose(config)
+        pred = compose(config, ops, self.time_fn(config, placement, ops), **kw)
         object.__setattr__(pred, "prediction_s", time.perf_counter() - t0)
         return pred
 

@@ -198,6 +198,19 @@ class PrimitiveModel:
             return float(reg.base([flops], [nbytes])[0])
         return float(reg.predict([features], [flops], [nbytes])[0])
 
+    def predict_many(self, kind: str, direction: str, precision: str, items) -> list[float]:
+        """Seconds of several calls of one regressor: ``items`` = ``[(features, flops, bytes), ...]``."""
+        if not items:
+            return []
+        try:
+            reg = self.regressors[(kind, direction, precision)]
+        except KeyError:
+            raise KeyError(f"no regressor for {(kind, direction, precision)}; fitted: "
+                           f"{sorted(self.regressors)}") from None
+        feats, flops, nbytes = zip(*items)
+        out = reg.base(flops, nbytes) if self.base_only else reg.predict(list(feats), flops, nbytes)
+        return [float(x) for x in out]
+
     def linear_base_only(self) -> PrimitiveModel:
         """The same model without the trees: the linear bases alone (the simplest strong baseline)."""
         return PrimitiveModel(self.regressors, self.engine_overhead_s, self.device, base_only=True,
