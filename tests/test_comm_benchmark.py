@@ -39,6 +39,23 @@ def test_top_level_schema(result):
         assert name in result["goals"], name
 
 
+def test_bytes_curve_rows_and_part_merge(result, tmp_path):
+    b = result["bytes_curve"]
+    for row in b["rows"]:
+        for key in ("n_eigenpairs", "refresh_every", "refresh_warmup", "selection", "bytes_fraction", "rel_l2_ratio_vs_fp8"):
+            assert key in row, key
+        assert row["bytes_fraction"] >= b["references"]["fp8_e4m3"]["bytes_fraction"]  # side bytes only add
+        if not row["selected"]:
+            assert row["bytes_fraction"] == b["references"]["fp8_e4m3"]["bytes_fraction"] and row["rel_l2_ratio_vs_fp8"] == 1.0
+    assert b["references"]["bf16"]["bytes_fraction"] == 0.5
+    # one part re-run alone is merged: the other parts' keys and goals stay
+    out = tmp_path / "comm.json"
+    out.write_text(json.dumps(result))
+    merged = comm.merge_part(out, {"benchmark": "comm", "bytes_curve": {"rows": []}, "goals": {"x": {"met": True}}}, "bytes_curve")
+    assert merged["bytes_curve"] == {"rows": []} and merged["training"] == result["training"]
+    assert merged["goals"]["x"]["met"] is True and set(result["goals"]) <= set(merged["goals"])
+
+
 def test_codecs_keys_and_exact_sizes(result):
     codecs = result["codecs"]
     expected = {"fp32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_b128", "nvfp4", "fp8_ef", "gift_fp8", "gift_nvfp4"}
