@@ -230,3 +230,16 @@ def test_training_tracks_the_heldout_loss_and_ships_the_best_ema(tmp_path):
         assert meta["steps_run"] == 40
     with pytest.raises(SystemExit, match="patience"):
         tr.train("spatial", 10, str(tmp_path / "x"), eval_every=5, patience=0)
+
+
+def test_paired_fd_difference_of_the_benchmark():
+    """benchmarks.video.paired_fd_difference: 0 for the same videos, and an interval excluding 0 for shifted ones."""
+    from benchmarks.video import paired_fd_difference
+
+    rng = np.random.default_rng(0)
+    real = rng.normal(size=(300, 4))
+    a = rng.normal(size=(40, 8, 4))
+    same = paired_fd_difference(a, a, real, seed=0, n_boot=50)
+    assert same["mean"] == 0 and same["ci95"] == [0.0, 0.0]
+    worse = paired_fd_difference(a + 1.0, a, real, seed=0, n_boot=50)
+    assert worse["mean"] > 2 and worse["ci95"][0] > 0
