@@ -170,6 +170,8 @@ def part_report(paths, out: Path, seeds: int) -> dict:
     hw = {"loopback": local_hardware(comm, tier="loopback", world=2)}
     if "slow" in comm.tiers():
         hw["slow"] = local_hardware(comm, tier="slow", world=2, gpus_per_node=1)
+    # one untimed prediction first: the first one imports what torch's meta device needs (sympy), once per process
+    LearnedPredictor(models[0], comm).predict(PerfConfig(n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=V))
     rows = []
     for run in runs_d["runs"]:
         cfg = PerfConfig.model_validate(run["config"])

@@ -104,7 +104,15 @@ class OperatorRegressor:
     def predict(self, feats: list[dict], flops, nbytes) -> np.ndarray:
         """Seconds for each shape (``feats[i]`` the shape features, with its FLOPs and bytes)."""
         b = self.base(flops, nbytes)
-        return b * np.exp(self.model.predict(self._X(feats, flops, nbytes)))
+        X = self._X(feats, flops, nbytes)
+        if isinstance(self.model, RandomForestRegressor):
+            # the forest's mean over its trees, without joblib's per-tree dispatch (about 0.5 ms a tree):
+            # the same numbers as RandomForestRegressor.predict, 20x faster for a handful of rows
+            X32 = np.ascontiguousarray(X, dtype=np.float32)
+            y = np.mean([e.tree_.predict(X32).reshape(len(X32)) for e in self.model.estimators_], axis=0)
+        else:
+            y = self.model.predict(X)
+        return b * np.exp(y)
 
 
 def _fit_base(flops, nbytes, t) -> np.ndarray:
