@@ -33,7 +33,7 @@ difference); ``psnr_nn`` / ``ssim_nn``
 to the nearest held-out frame, ``subject_consistency`` (VBench), ``motion_smoothness`` (VBench's score
 with a linear interpolator), ``nfe`` (expert calls per video: a call on a batch counts once per video)
 and ``s_per_video`` (wall time of a batch of 16 / 16, one thread); intervals are 95 % t intervals over
-videos (over batches for time). ``long``: ConFiner-Long, 64 frames, with every strategy, none, and each
+videos (over batches for time). ``long``: ConFiner-Long, 64 frames, T_e chosen by :func:`select_long` on validation seeds, with every strategy, none, and each
 one switched off; ``seam_flicker`` = mean feature jump across the 7 segment seams over that inside segments.
 """
 
@@ -105,6 +105,23 @@ def select(ex: dict, enc, seed: int, n: int = 64) -> dict:
     return {"rule": f"per row, the T_e in {list(T_E_GRID)} with the lowest Frechet distance to the validation frames, "
                     f"{n} videos (seeds {seed + 10_000}+); the coordinated row also picks the re-noising reading",
             "grid": grid, "chosen": chosen}
+
+
+def select_long(ex: dict, enc, seed: int, n: int = 4) -> dict:
+    """ConFiner-Long's T_e, chosen apart from the single-segment rows (a seam needs noise to be repaired): the value
+    in :data:`T_E_GRID` with the lowest seam flicker of the all-strategies configuration over ``n`` 64-frame videos
+    from seeds ``seed + 10000 ...`` (the test videos use ``seed + i``); fresh re-noising (confiner_long's default)."""
+    grid = []
+    for t_e in tqdm(T_E_GRID, desc="select long (val seeds)"):
+        fl = []
+        for i in range(n):
+            g = cf.confiner_long(64, ex["control"], ex["spatial"], ex["temporal"], FRAMES, SIZE, seed=seed + 10_000 + i, t_e=t_e,
+                                 renoise="fresh")
+            fl.append(float(metrics.seam_flicker(metrics.features(enc, g.video.clamp(-1, 1)), FRAMES)[0]))
+        grid.append({"t_e": t_e, "val_seam_flicker": float(np.mean(fl))})
+    best = min(grid, key=lambda q: q["val_seam_flicker"])
+    return {"rule": f"T_e in {list(T_E_GRID)} with the lowest mean seam flicker, all strategies on, {n} videos (seeds {seed + 10_000}+)",
+            "grid": grid, "t_e": best["t_e"]}
 
 
 def generate(mode: str, ex: dict, n: int, seed: int, chosen: dict | None = None):
@@ -196,6 +213,9 @@ def main(argv=None) -> None:
         doc["selection"] = select(ex, enc, a.seed, a.select_videos)
         print(json.dumps(doc["selection"]["chosen"]), flush=True)
     chosen = doc["selection"]["chosen"]
+    if not a.no_long and ("selection_long" not in doc or a.reselect):
+        doc["selection_long"] = select_long(ex, enc, a.seed)
+        print(json.dumps({"long_t_e": doc["selection_long"]["t_e"]}), flush=True)
     control_feats = None
     for mode in ([] if a.only_long else a.modes):
         v, nfe, secs = generate(mode, ex, a.videos, a.seed, chosen)
@@ -213,7 +233,7 @@ def main(argv=None) -> None:
                           "nfe": nfe, "s": round(row["s_per_video"]["mean"], 3)}), flush=True)
         out.write_text(json.dumps(doc, indent=1))
     if not a.no_long:
-        ch = chosen["confiner_coordinated"]
+        ch = {"t_e": doc["selection_long"]["t_e"], "renoise": "fresh"}
         for name, (ci, cg, st) in tqdm(LONG.items(), desc="long"):
             flick, sc, secs = [], [], []
             for i in range(a.long_videos):
@@ -224,7 +244,7 @@ def main(argv=None) -> None:
                 flick.append(float(metrics.seam_flicker(f, FRAMES)[0]))
                 sc.append(float(metrics.subject_consistency(f)[0]))
                 secs.append(g.seconds)
-            row = {"config": name, "consistency_init": ci, "coherence_guidance": cg, "staggered": st, "frames": 64,
+            row = {"config": name, "t_e": ch["t_e"], "renoise": ch["renoise"], "consistency_init": ci, "coherence_guidance": cg, "staggered": st, "frames": 64,
                    "videos": a.long_videos, "nfe": g.nfe, "seam_flicker": metrics.mean_ci(flick),
                    "subject_consistency_64": metrics.mean_ci(sc), "s_per_video": metrics.mean_ci(secs)}
             doc["long"] = [r for r in doc["long"] if r["config"] != name] + [row]
