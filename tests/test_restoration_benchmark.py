@@ -297,7 +297,7 @@ def test_committed_run_is_the_fair_table():
     settings = {"gaussian": ("gaussian", "sklearn-digits-8x8", 197, R.NFES),
                 "gaussian-samples": ("gaussian", "gaussian-samples", 200, R.NFES),
                 "empirical": ("empirical", "sklearn-digits-8x8", 197, R.NFES),
-                **{n: (n, n, 40, ()) for n in R.LEARNED_NAMES}}  # learned: the floor rows (NFE 20 rerun pending)
+                **{n: (n, n, 40, (20,)) for n in R.LEARNED_NAMES}}
     for name, (label, ds, n, nfes) in settings.items():
         tasks = d["priors"][name]["tasks"]
         assert len(tasks) == 5, name
