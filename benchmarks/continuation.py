@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -76,14 +77,29 @@ def _sbatch(conf: Path, script: str, *, user: str | None = None, hold: bool = Fa
 
 
 def _count_calls(sched, log: list):
-    """Wrap a SlurmScheduler's command runner to record (time, command) of each call."""
+    """Wrap a SlurmScheduler's command runner to record (start time, command, seconds it took, what) of
+    each call; what: ``poll`` (squeue for the watched ids), ``sample`` (the whole-queue squeue), else the command."""
     inner = sched._run
 
     def run(argv, **kw):
-        log.append((time.monotonic(), argv[0]))
-        return inner(argv, **kw)
+        began = time.monotonic()
+        try:
+            return inner(argv, **kw)
+        finally:
+            what = ("poll" if "-j" in argv else "sample") if argv[0] == "squeue" else " ".join(argv[:2]) if argv[0] == "scontrol" else argv[0]
+            log.append((began, argv[0], time.monotonic() - began, what))
 
     sched._run = run
+
+
+def _durations(calls: dict[str, list]) -> dict:
+    """Per kind of call, over all sites: how many, and the median, p95 and max seconds each took."""
+    by: dict[str, list[float]] = {}
+    for log in calls.values():
+        for _, _, d, what in log:
+            by.setdefault(what, []).append(d)
+    return {k: {"n": len(v), "p50_s": round(statistics.median(v), 3), "p95_s": round(float(np.percentile(v, 95)), 3),
+                "max_s": round(max(v), 3), "total_s": round(sum(v), 1)} for k, v in sorted(by.items())}
 
 
 def _max_per_second(times: list[float]) -> int:
@@ -130,11 +146,23 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
     agent = Continuations(db)
     service = ContinuationService(db, scheds, poll_s=0.2, queue_every_s=5.0, site_min_interval_s=1.0)
     resumer = Continuations(db)
+    asks: dict[str, list[tuple[float, float]]] = {s.name: [] for s in sites}  # site -> (start, end) of each query, epoch s
+    inner_ask = service._run_ask
+
+    def timed_ask(site, ids, sample):
+        began = time.time()
+        try:
+            return inner_ask(site, ids, sample)
+        finally:
+            asks[site].append((began, time.time()))
+
+    service._run_ask = timed_ask
     stop = threading.Event()
     threads = [threading.Thread(target=service.serve, args=(stop,), daemon=True),
                threading.Thread(target=resumer.run, args=(stop, 0.1), daemon=True)]
     for t in threads:
         t.start()
+    loads = [os.getloadavg()[0]]  # the machine's 1-minute load average: at the start, then while the jobs end
     n_waves = max(1, n_jobs // 200)
     t0 = time.time() + 8.0  # first wave's target: after the submissions have begun
     jobs = []  # (site, job_id, late)
@@ -176,6 +204,7 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
     # wait for every continuation (90 s after the last job's end at most)
     last_end_deadline = max(time.time(), t0 + wave_s * n_waves) + 90
     while time.time() < last_end_deadline:
+        loads.append(os.getloadavg()[0])
         if len(cids) == n_jobs and not agent.waiting():
             break
         time.sleep(0.5)
@@ -185,6 +214,7 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
     # latencies
     lat, lat_late, lost, no_stamp = [], [], 0, 0
     detect, resume, slurm_end = [], [], []
+    to_poll, poll_dur, to_write = [], [], []  # stamp -> start of the query that saw the end; its duration; its end -> written
     resumed_events = Counter(e.payload["id"] for e in agent.log.tail(kinds=["continuation.resumed"]))
     for s, j, late in jobs:
         cid = cids.get((s.name, j))
@@ -209,9 +239,15 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         resume.append(rec.result["t"] - ev.time)  # then picked up by the resumer
         if ev.payload.get("end_time"):
             slurm_end.append(ev.payload["end_time"] + 1.0 - stamp)  # Slurm's end (whole seconds, rounded up) after the stamp
+        seen_by = [q for q in asks[s.name] if q[1] <= ev.time]
+        if seen_by:
+            q = max(seen_by, key=lambda q: q[1])  # the last query of the site to end before the event was written
+            to_poll.append(q[0] - stamp)
+            poll_dur.append(q[1] - q[0])
+            to_write.append(ev.time - q[1])
     twice = sum(max(0, c - 1) for c in CALLS.values()) + sum(max(0, c - 1) for c in resumed_events.values())
-    squeue = {n: [t for t, cmd in c if cmd == "squeue"] for n, c in calls.items()}
-    sacct = {n: [t for t, cmd in c if cmd == "sacct"] for n, c in calls.items()}
+    squeue = {n: [t for t, cmd, _, _ in c if cmd == "squeue"] for n, c in calls.items()}
+    sacct = {n: [t for t, cmd, _, _ in c if cmd == "sacct"] for n, c in calls.items()}
     service.close()
     agent.close()
     resumer.close()
@@ -228,7 +264,19 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
             "seen_by_service": round(float(np.percentile(detect, 95)), 3),
             "resumed_after_seen": round(float(np.percentile(resume, 95)), 3),
             "slurm_end_after_stamp_upper": round(float(np.percentile(slurm_end, 95)), 3) if slurm_end else None,
+            # seen_by_service split by the query that saw the end: stamp -> its start, its duration, its end -> written
+            "until_query_start": round(float(np.percentile(to_poll, 95)), 3) if to_poll else None,
+            "query_duration": round(float(np.percentile(poll_dur, 95)), 3) if poll_dur else None,
+            "written_after_query": round(float(np.percentile(to_write, 95)), 3) if to_write else None,
         },
+        "breakdown_median_s": {
+            "seen_by_service": round(statistics.median(detect), 3), "resumed_after_seen": round(statistics.median(resume), 3),
+            "until_query_start": round(statistics.median(to_poll), 3) if to_poll else None,
+            "query_duration": round(statistics.median(poll_dur), 3) if poll_dur else None,
+            "written_after_query": round(statistics.median(to_write), 3) if to_write else None,
+        },
+        "query_s_by_site": {n: {"n": len(v), "p50": round(statistics.median([b - a for a, b in v]), 3),
+                                "p95": round(float(np.percentile([b - a for a, b in v], 95)), 3)} for n, v in asks.items() if v},
         "no_end_stamp": no_stamp,
         "lost": lost,
         "resumed_twice": twice,
@@ -238,8 +286,10 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         "max_squeue_calls_per_site_s": max(_max_per_second(t) for t in squeue.values()),
         "max_sacct_calls_per_site_s": max((_max_per_second(t) for t in sacct.values()), default=0),
         "squeue_calls": sum(len(t) for t in squeue.values()),
+        "slurm_calls": _durations(calls),
         "submit_s": round(submitted_by - (t0 - 8.0), 1),
         "waves": n_waves,
+        "load_avg_1m": {"start": round(loads[0], 2), "max": round(max(loads), 2)},
     }
     return row
 

@@ -226,3 +226,46 @@ def test_serve_does_not_wait_for_a_slow_site(tmp_path):
     assert len(fakes["fast"].squeue_calls()) >= 3 and len(fakes["slow"].squeue_calls()) <= 2
     service.close()
     cont.close()
+
+
+def test_a_slow_poll_is_followed_at_once_and_the_scheduler_keeps_one_squeue_per_interval(tmp_path):
+    """The site interval counts start to start (issue #16: counted from a poll's end, a 1.6 s poll under
+    load was followed 1 s later, a cycle of 2.6 s); the scheduler's own guard keeps its squeue calls an
+    interval apart whoever calls it."""
+    import time as _time
+
+    fake = FakeSlurm(tmp_path / "jobcomp.log")
+    sched = SlurmScheduler("alpha", "/nonexistent/slurm.conf")
+
+    def slow(argv, *, stdin=None, check=True):
+        if argv[0] == "squeue":
+            _time.sleep(0.35)
+        return fake.run(argv, stdin=stdin, check=check)
+
+    sched._run, sched._ping = slow, (lambda: None)
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fake.jobs["1"] = "RUNNING"
+    cont.watch_job("alpha", "1")
+    service = ContinuationService(db, {"alpha": sched}, poll_s=0.02, queue_every_s=None, site_min_interval_s=0.5)
+    assert sched.listing_interval_s == 0.5  # raised to the service's interval
+    stop = threading.Event()
+    worker = threading.Thread(target=service.serve, args=(stop,))
+    worker.start()
+    _time.sleep(2.3)
+    stop.set()
+    worker.join()
+    starts = [t for t, _ in fake.squeue_calls()]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]  # (each stamped 0.35 s after its start: the same shift)
+    assert len(starts) >= 4 and max(gaps) < 0.65 and min(gaps) >= 0.5 - 0.01, gaps  # 0.85 s each before
+    service.close()
+    cont.close()
+    # the guard alone: back-to-back calls from outside a service wait their turn (squeue and sacct each)
+    fast = FakeSlurm(tmp_path / "jobcomp2.log")
+    sched = SlurmScheduler("beta", "/nonexistent/slurm.conf", listing_interval_s=0.3)
+    sched._run = fast.run
+    fast.jobs["1"] = "RUNNING"
+    for _ in range(3):
+        sched.status(["1"])
+    starts = [t for t, _ in fast.squeue_calls()]
+    assert len(starts) == 3 and min(b - a for a, b in zip(starts, starts[1:])) >= 0.3 - 0.005

@@ -401,14 +401,17 @@ class ContinuationService:
         the watched jobs (:meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.status`).
     site_min_interval_s : float
         At most one scheduler query (a job poll or a queue sample: one ``squeue`` on Slurm) per
-        site per this many seconds. When a queue sample is due, the watched jobs' states are taken
+        site per this many seconds, start to start (a query is never overlapped by the next). A
+        scheduler with a ``listing_interval_s`` (:class:`~lab.hpc.schedulers.slurm.SlurmScheduler`)
+        has it raised to this value, so the limit also holds for each ``squeue`` / ``sacct`` call. When a queue sample is due, the watched jobs' states are taken
         from it (and from the completion records, ``completed_status``, for jobs it no longer
         lists) instead of a second ``squeue``.
     sample_share : float
         The share of a site's time its queue samples may take: after a sample that took ``d``
         seconds, the next is due ``max(queue_every_s, d / sample_share)`` after it began. A sample
-        lists the whole queue and slows down with it (5 s per ``squeue --json`` when four sites end
-        hundreds of jobs at once on a 2-core VM, issue #16), and while it runs the site's watched
+        lists the whole queue and slows down with it (``squeue --json`` took 5-7.5 s when four sites ended
+        hundreds of jobs at once on a 2-core VM, issue #16; the ``squeue -O`` listing used since is cheaper
+        but still grows with the queue), and while it runs the site's watched
         jobs wait (it is the site's one query of that second); idle sites keep ``queue_every_s``.
         Each sample's ``every_s`` says the interval in force, so readers judge staleness by it.
 
@@ -447,6 +450,9 @@ class ContinuationService:
         self._next_sample: dict[str, float] = {}  # site -> monotonic time its next queue sample is due
         self._sample_every: dict[str, float] = {}  # site -> its current sample interval (queue_every_s, or stretched)
         self._pool: ThreadPoolExecutor | None = None  # one worker per site, made on the first poll of several sites
+        for sched in self.schedulers.values():  # the rate holds at the command, not only at the query (see _query)
+            if hasattr(sched, "listing_interval_s"):
+                sched.listing_interval_s = max(float(sched.listing_interval_s), self.site_min_interval_s)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -462,14 +468,18 @@ class ContinuationService:
 
     def _query(self, site: str, fn, *args):
         """Run one scheduler query for ``site``; the next may start ``site_min_interval_s`` after this
-        one *ended* (so its squeue, which runs somewhere inside, is that far from the next one's)."""
+        one *began*, once it has ended (start to start: a query that took 1.6 s under load is followed
+        at once, not 1 s later, which added a second to the site's latency, issue #16). The scheduler's
+        own guard (``listing_interval_s``, raised to the same interval in ``__init__``) keeps its
+        squeue/sacct calls that far apart whatever the jitter of their start inside the query."""
         times = self.query_times.setdefault(site, [])
-        times.append(time.monotonic())
+        began = time.monotonic()
+        times.append(began)
         del times[:-10000]
         try:
             return fn(*args)
         finally:
-            self._next_query[site] = time.monotonic() + self.site_min_interval_s
+            self._next_query[site] = max(began + self.site_min_interval_s, time.monotonic())
 
     def _write_sample(self, site: str, q) -> list[int]:
         """Append the ``site.queue`` event for sample ``q`` if the queue changed (or the heartbeat is due)."""

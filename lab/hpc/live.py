@@ -108,8 +108,8 @@ class LiveSites:
         Returns ``(rows, stale)``: ``rows`` from :func:`lab.hpc.views.jobs_from_queue`, pending first,
         longest-waiting first; a live site's waits are counted to ``now``, a stale or unavailable one's to
         its newest sample (they are at least that long); ``stale`` maps each such site to a note for the
-        table (``"stale: no sample for 58 s"``). A pending Slurm job's start is the backfill's estimate from
-        ``squeue --json``, the value ``squeue --start`` prints.
+        table (``"stale: no sample for 58 s"``). A pending Slurm job's start is the backfill's estimate
+        (``StartTime`` of the sample's ``squeue -O`` listing), the value ``squeue --start`` prints.
         """
         rows: list[JobRow] = []
         stale: dict[str, str] = {}

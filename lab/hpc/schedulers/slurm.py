@@ -81,6 +81,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -179,13 +180,21 @@ class SlurmScheduler(Scheduler):
     probe_after_s : float
         A command that has not answered within this many seconds is checked on with ``scontrol ping``
         (the watchdog of the module docstring); a controller that does not answer ends it at once.
+    listing_interval_s : float
+        At most one ``squeue`` and one ``sacct`` call per this many seconds, start to start (a call
+        sooner waits; 0: no limit). A :class:`~lab.hpc.continuation.ContinuationService` raises it to
+        its ``site_min_interval_s``, so its polls and anything else in the process share the budget.
     """
 
-    def __init__(self, name: str, slurm_conf: Path | str, *, timeout_s: float = 30.0, probe_after_s: float = 1.0):
+    def __init__(self, name: str, slurm_conf: Path | str, *, timeout_s: float = 30.0, probe_after_s: float = 1.0,
+                 listing_interval_s: float = 0.0):
         self.name = name
         self.slurm_conf = Path(slurm_conf).expanduser()
         self.timeout_s = float(timeout_s)
         self.probe_after_s = float(probe_after_s)
+        self.listing_interval_s = float(listing_interval_s)
+        self._listing_lock = threading.Lock()
+        self._listing_started: dict[str, float] = {}  # "squeue" / "sacct" -> time.monotonic() the last one started
         self._jobcomp: Path | None = None
         self._jobcomp_reader: JobcompReader | None = None
         #: the user whose jobs :meth:`status` asks squeue for (the one running this process: the jobs it submits)
@@ -245,6 +254,18 @@ class SlurmScheduler(Scheduler):
             cls = SiteUnavailable if _UNAVAILABLE.search(text) else SchedulerError
             raise cls(self.name, argv, r.returncode, text)
         return r
+
+    def _listing(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        """:meth:`_run` for ``squeue`` / ``sacct``, each at most once per :attr:`listing_interval_s` (start to start)."""
+        if self.listing_interval_s > 0:
+            with self._listing_lock:
+                last = self._listing_started.get(argv[0])
+                if last is not None:
+                    wait_s = last + self.listing_interval_s - time.monotonic()
+                    if wait_s > 0:
+                        time.sleep(wait_s)
+                self._listing_started[argv[0]] = time.monotonic()
+        return self._run(argv, **kw)
 
     def _down(self) -> str | None:
         """None if the controller answers ``scontrol ping``, else what it said (with the slurm.conf)."""
@@ -394,7 +415,7 @@ class SlurmScheduler(Scheduler):
             return {}
         if self.jobcomp_path() is not None:
             return self.jobcomp_status(ids)
-        return sacct_watched(self.name, self._run, ids, map_state)
+        return sacct_watched(self.name, self._listing, ids, map_state)
 
     def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """Each job's status with one ``squeue -j <the ids>`` call (not the whole queue: its cost does
@@ -405,13 +426,13 @@ class SlurmScheduler(Scheduler):
         ids = list(dict.fromkeys(str(j) for j in job_ids))
         if not ids:
             return {}
-        out = squeue_watched(self.name, self._run, ids, map_state, user=self.user)
+        out = squeue_watched(self.name, self._listing, ids, map_state, user=self.user)
         missing = [i for i in ids if i not in out]
         if missing:
             out.update(self.completed_status(missing))
         foreign = [i for i in ids if i not in out]
         if foreign and self.user:  # another user's job (never the federation's own): ask squeue without the user filter
-            out.update(squeue_watched(self.name, self._run, foreign, map_state))
+            out.update(squeue_watched(self.name, self._listing, foreign, map_state))
         for i in ids:
             out.setdefault(i, JobStatus(job_id=i, state=JobState.UNKNOWN, reason="not in squeue nor in the job completion file"))
         return {i: out[i] for i in ids}
@@ -430,7 +451,7 @@ class SlurmScheduler(Scheduler):
         """The site's whole queue now (every user's active jobs: one ``squeue -O`` listing,
         :func:`~lab.hpc.schedulers.slurm_poll.squeue_queue`) and its CPUs (``sinfo --json``)."""
         now = time.time()
-        jobs = [s for s in squeue_queue(self.name, self._run, map_state) if s.state in _ACTIVE]
+        jobs = [s for s in squeue_queue(self.name, self._listing, map_state) if s.state in _ACTIVE]
         nodes = self._nodes()
         total = sum(_num(n.get("cpus")) or 0 for n in nodes)
         idle = sum(0 if any(w in self._node_state(n) for w in _NOT_IDLE) else (_num(n.get("idle_cpus")) or 0) for n in nodes)
