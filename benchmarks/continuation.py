@@ -26,7 +26,8 @@ and the same for ``sacct``.
 the job poll (:meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.status` on the 50),
 the old poll (the whole ``squeue --json`` parsed, as before issue #16), and the
 queue sample (:meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.queue`, whole queue by
-design, taken every ``queue_every_s``).
+design, taken every ``queue_every_s``; one ``squeue -O`` listing since the sample's ``--json``
+was found to block the job polls).
 
 The naive floor for latency is the poll interval itself (1 s per site): a job's end is seen
 at the next poll, so p50 >= ~0.5 s whatever the implementation.
@@ -360,7 +361,7 @@ def main(argv=None) -> int:
                     "jobs held by one site (sbatch -H; all but the 50 watched submitted by user nobody); "
                     "median_ms/max_ms: SlurmScheduler.status on the 50 watched jobs (squeue -j, 20 polls); "
                     "old_json_poll: the whole squeue --json parsed (before issue #16); queue_sample: SlurmScheduler.queue "
-                    "(whole queue by design, every queue_every_s)"
+                    "(whole queue by design, every queue_every_s: one squeue -O listing + sinfo --json)"
                 )
                 for s in sites:
                     subprocess.run(["scancel", "--state=PENDING", "-u", "nobody"], env=s.env(), capture_output=True)
