@@ -56,7 +56,14 @@ def main() -> None:
     mcfg = GPTConfig(**{**spec["train"]["model"], "vocab_size": corpus.tokenizer.vocab_size})
     torch.manual_seed(cfg.seed)
     model = GPT(mcfg)
-    net = DDP(model)
+    # find_unused_parameters=True: DDP then never rebuilds its gradient buckets, so every step of every
+    # attempt all-reduces the same bucket layout. With the default, the first step of each torchrun
+    # attempt all-reduces one bucket of all parameters and later steps the buckets rebuilt in gradient
+    # ready order: the elements land in different chunks of gloo's ring all-reduce, are summed in a
+    # different order, and a resumed run drifts from the uninterrupted one in the last bits at its
+    # first resumed step (torch/nn/parallel/distributed.py, BucketCapacityConfig and
+    # Reducer::should_rebuild_buckets; measured in the README).
+    net = DDP(model, find_unused_parameters=True)
     opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     sampler = BatchSampler(len(tokens), mcfg.block_size, cfg.batch_size, ws, cfg.seed)
     ckpt = Path(spec["ckpt"])
