@@ -332,6 +332,8 @@ def main(argv=None) -> int:
         for size in tqdm(SIZES, desc="phoenix overhead by size"):
             sizes[size] = phoenix_overhead(size, OVERHEAD_STEPS[size], 5, workdir)
         result["phoenix_overhead_by_size"] = sizes
+        if "phoenix" in methods:
+            methods["phoenix"].update(overhead=sizes["base"]["overhead"], overhead_ci95=sizes["base"]["overhead_ci95"])
     if args.part in ("all", "phoenix", "kills"):
         kills = result.setdefault("phoenix_kills", {})
         for size in tqdm(args.kill_sizes.split(","), desc="phoenix kills"):
