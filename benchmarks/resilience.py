@@ -154,6 +154,49 @@ def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
             "peak_rss_mb_per_rank": {str(w): kb / 1024 for w, kb in out.maxrss_kb.items()}, "wall_s": out.wall_s}
 
 
+def snapshot_profile(size: str, reps: int = 30) -> dict:
+    """Single-process CPU cost of one rank's snapshot work per generation (4 ranks' layout), by part, for
+    the recipe this package used before and the one it uses now (no training, no network: what the
+    snapshot thread takes from the cores per generation, besides the replica transfer itself).
+
+    ``before``: the full parameter vector and the two moment shards copied to separate buffers, CRC-32 by
+    :func:`zlib.crc32` over both, and a second CRC pass over the received replica (3 of 4 shards of
+    bytes). ``after``: one flat [parameter shard | moments] buffer, ISA-L CRC-32, replica committed with
+    the sender's CRC (verified only when read)."""
+    import time as _time
+    import zlib
+
+    import torch
+    from isal.isal_zlib import crc32
+
+    from lab.training.model import GPT, GPTConfig
+
+    torch.set_num_threads(1)
+    n_params = GPT(GPTConfig(vocab_size=70, **SIZES[size])).num_parameters()
+    L = -(-n_params // 4)
+    flat, moments = torch.randn(4 * L), torch.randn(2 * L)
+    bufs = {"params": torch.empty(4 * L), "moments": torch.empty(2 * L), "flat": torch.empty(3 * L)}
+
+    def mv(t):
+        return memoryview(t.numpy()).cast("B")
+
+    def timed(fn):
+        fn()
+        c = _time.process_time()
+        for _ in range(reps):
+            fn()
+        return (_time.process_time() - c) / reps * 1e3
+
+    before = {"copy": timed(lambda: (bufs["params"].copy_(flat), bufs["moments"].copy_(moments))),
+              "crc": timed(lambda: zlib.crc32(mv(bufs["moments"]), zlib.crc32(mv(bufs["params"])))),
+              "crc_on_receive": timed(lambda: zlib.crc32(mv(bufs["moments"])))}
+    after = {"copy": timed(lambda: (bufs["flat"][:L].copy_(flat[:L]), bufs["flat"][L:].copy_(moments))),
+             "crc": timed(lambda: crc32(mv(bufs["flat"]))), "crc_on_receive": 0.0}
+    return {"size": size, "n_params": n_params, "before_ms": before, "after_ms": after,
+            "before_total_ms": sum(before.values()), "after_total_ms": sum(after.values()),
+            "bytes_per_generation_before": 4 * (4 * L + 2 * L), "bytes_per_generation_after": 4 * 3 * L}
+
+
 # ---------------------------------------------------------------------------------------------- restart
 def restart_run(name: str, mode: str, interval: int, steps: int, kills: list, workdir: Path) -> dict:
     d = workdir / name
@@ -312,7 +355,7 @@ def torchft_method(trials: int, workdir: Path, seed: int, plain_step_s: float | 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--part", default="all", choices=["all", "phoenix", "overhead", "kills", "restart", "torchft"])
+    ap.add_argument("--part", default="all", choices=["all", "profile", "phoenix", "overhead", "kills", "restart", "torchft"])
     ap.add_argument("--trials", type=int, default=10, help="kills per method (phoenix: per point of the step)")
     ap.add_argument("--kill-sizes", default="base,large", help="phoenix kill runs: comma-separated SIZES keys")
     ap.add_argument("--steps", type=int, default=60)
@@ -327,6 +370,8 @@ def main(argv=None) -> int:
     result["benchmark"] = "resilience"
     methods = result.setdefault("methods", {})
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="resilience-bench-"))
+    if args.part in ("all", "profile", "overhead", "phoenix"):
+        result["snapshot_cpu_profile"] = {size: snapshot_profile(size) for size in SIZES}
     if args.part in ("all", "overhead", "phoenix"):
         sizes = {}
         for size in tqdm(SIZES, desc="phoenix overhead by size"):
