@@ -292,13 +292,17 @@ def _summarize(s: TimeSettings, runs: dict, t0: float) -> dict:
 
 
 def _goals(table: dict) -> dict:
+    """Per share: is GIFT-FP8's step faster than fp32's? Met only when the 95% interval of the per-seed
+    speedups lies above 1 (a mean above 1 with an interval across it is not a win)."""
     goals = {}
     for share, row in table.items():
         if "gift_fp8" in row and "fp8" in row:
-            g = row["gift_fp8"]["speedup_vs_fp32"]
+            g, ci = row["gift_fp8"]["speedup_vs_fp32"], row["gift_fp8"]["speedup_vs_fp32_ci95"]
             goals[f"time_gift_faster_than_fp32_at_{share}"] = {
-                "goal": f"GIFT-FP8's step faster than fp32's over the shaped link (fp32 comm share target {share})",
-                "value": g, "fp8_value": row["fp8"]["speedup_vs_fp32"], "met": g > 1.0}
+                "goal": f"GIFT-FP8's step faster than fp32's over the shaped link (fp32 comm share target {share}; "
+                        "95% interval of the per-seed speedups above 1)",
+                "value": g, "ci95": ci, "fp8_value": row["fp8"]["speedup_vs_fp32"],
+                "met": bool(ci is not None and ci[0] > 1.0)}
     return goals
 
 
