@@ -243,5 +243,8 @@ def test_no_replay_when_the_step_consumed_random_numbers(tmp_path):
     out = run_resilient(_cfg(tmp_path, "drop", steps=6, model=model, faults=[FaultPlan(step=4, rank=1, phase="snapshot_send")]),
                         timeout=120)
     [f] = out.failures
-    assert (f.generation, f.replayed, f.steps_lost) == (3, False, 1)
+    assert (f.generation, f.replayed) == (3, False)
+    # step 4's optimizer step ran everywhere; whether it counts as completed (rank 0 logged its loss)
+    # depends on whether the kill came before or after that loss all-reduce
+    assert f.steps_lost in (0, 1)
     assert out.param_sha256 == ref.param_sha256
