@@ -31,7 +31,9 @@ def test_phoenix_figures_are_consistent_with_its_trials():
     for f in kills["failures"]:  # the split adds up; every resume came from a committed in-memory generation
         parts = f["detection_s"] + f["rebuild_s"] + f["restore_s"] + f["recompute_s"]
         assert abs(parts - f["recovery_s"]) < 1e-6, f
-        assert f["restore"] == "memory" and f["generation"] <= f["step"] and f["steps_lost"] == f["step"] - f["generation"]
+        # a replay can resume one generation past rank 0's last logged step (its loss all-reduce never ran)
+        assert f["restore"] == "memory" and f["generation"] <= f["step"] + f.get("replayed", False)
+        assert f["steps_lost"] == max(0, f["step"] - f["generation"])
     assert result["methods"]["phoenix"]["bit_identical"] is True
     sizes = result["phoenix_overhead_by_size"]
     assert sizes["large"]["n_params"] >= 10 * sizes["base"]["n_params"]
