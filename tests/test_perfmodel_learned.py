@@ -126,3 +126,30 @@ def test_measured_tensor_parallel_step_runs_and_reports_its_parts():
     part = ranks[0]["parts"][0]
     assert len(part["fwd_s"]) == len(part["bwd_s"]) == 2 and part["tp_comm_s"] > 0 and len(part["block_fwd_s"]) == 2
     assert math.isfinite(part["update_s"])
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "perfmodel.json"
+
+
+def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
+    """The committed run (required): >= 16 configurations, MAPEs recomputed from its rows, and the explorer's
+    refit of the chosen regressors on the committed samples gives the committed predictions again."""
+    from lab.training.perfmodel.explore import Explorer
+
+    res = json.loads(RESULTS.read_text())
+    rows = res["configs"]
+    assert len(rows) >= 16
+    for r in rows:
+        assert {"config", "predicted_s", "measured_s", "error", "roofline_s"} <= set(r)
+        assert r["error"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])
+    assert res["mape"] == pytest.approx(np.mean([abs(r["error"]) for r in rows]) * 100)
+    assert res["roofline_mape"] == pytest.approx(np.mean([abs(r["roofline_error"]) for r in rows]) * 100)
+    assert {"stage_fwd_max", "stage_bwd_max", "overall"} <= set(res["components"])
+    layouts = {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in rows}
+    assert {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)} <= layouts
+    ex = Explorer(RESULTS.parent)
+    for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1]:
+        cfg = PerfConfig.model_validate(r["config"])
+        got = ex.predict(cfg, "local", r["tier"])
+        assert got.prediction.total_s == pytest.approx(r["predicted_s"], rel=1e-9)
+        assert got.measured_s == r["measured_s"]
