@@ -317,7 +317,7 @@ def test_committed_run_is_the_fair_table():
                     elif m == "tikhonov" or name in ("gaussian", "gaussian-samples", "empirical"):
                         assert r["hyper_source"].startswith("tuned:") and r["tuning_budget"] <= tuning.BUDGET, r
                         assert r["tuning_budget"] == tuning.BUDGET or m == "flower", r
-                    for versus in ("flower", "recoupled_admm"):  # versus naive: pending the exact rerun
+                    for versus in R.VERSUS:
                         if versus != m:
                             p = paired[(label, ds, task, nfe, m, versus)]
                             assert p["psnr_diff_ci95"][0] <= p["psnr_diff"] <= p["psnr_diff_ci95"][1], p
