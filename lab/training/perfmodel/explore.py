@@ -12,6 +12,7 @@ roofline on that file's numbers. The figures are plain plotly dicts (:func:`brea
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,11 @@ _COLOURS = {"embedding": "#8c564b", "layernorm": "#bcbd22", "linear": "#1f77b4",
             "gelu": "#2ca02c", "residual": "#7f7f7f", "cross_entropy": "#9467bd", "optimizer_step": "#e377c2",
             "tp_allreduce": "#d62728", "pp_p2p": "#17becf", "dp_allreduce": "#aec7e8", "dp_allgather": "#c5b0d5",
             "idle (bubble, waits)": "#eeeeee", "measured": "#333333"}
+
+
+def _uid(text: str) -> str:
+    """A plotly trace uid that is also a valid CSS class (plotly puts it in selectors)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
 def _group(name: str) -> str:
@@ -75,7 +81,7 @@ def breakdown_figure(pred: StepPrediction, config: PerfConfig, measured_s: float
     groups = [g for g in _COLOURS if any(g in p for p in parts.values())]
     xs = [f"stage {s}" for s in parts]
     data = [{"type": "bar", "name": g, "x": xs, "y": [parts[s].get(g, 0.0) * 1e3 for s in parts],
-             "marker": {"color": _COLOURS[g]}, "uid": f"op:{g}"} for g in groups]
+             "marker": {"color": _COLOURS[g]}, "uid": _uid(f"op-{g}")} for g in groups]
     if measured_s is not None:
         data.append({"type": "bar", "name": "measured step", "x": ["measured"], "y": [measured_s * 1e3],
                      "marker": {"color": _COLOURS["measured"]}, "uid": "measured"})
@@ -91,7 +97,7 @@ def gantt_figure(pred: StepPrediction, config: PerfConfig) -> dict:
     data = []
     for kind, colour, label in (("F", "#1f77b4", "forward"), ("B", "#ff7f0e", "backward")):
         sl = [s for s in slots if s.kind == kind]
-        data.append({"type": "bar", "orientation": "h", "name": label, "uid": f"gantt:{kind}",
+        data.append({"type": "bar", "orientation": "h", "name": label, "uid": f"gantt-{kind}",
                      "y": [f"stage {s.stage}" for s in sl], "x": [(s.end - s.start) * 1e3 for s in sl],
                      "base": [s.start * 1e3 for s in sl], "text": [str(s.micro_batch) for s in sl],
                      "textposition": "inside", "marker": {"color": colour, "line": {"color": "white", "width": 1}}})
@@ -101,7 +107,7 @@ def gantt_figure(pred: StepPrediction, config: PerfConfig) -> dict:
         t0 = end
         for label, dur, colour in tail:
             if dur > 0:
-                data.append({"type": "bar", "orientation": "h", "name": label, "uid": f"gantt:{label}",
+                data.append({"type": "bar", "orientation": "h", "name": label, "uid": _uid(f"gantt-{label}"),
                              "y": [f"stage {s}" for s in range(config.pp)], "x": [dur * 1e3] * config.pp,
                              "base": [t0 * 1e3] * config.pp, "marker": {"color": colour}})
                 t0 += dur
