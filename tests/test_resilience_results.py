@@ -37,3 +37,16 @@ def test_phoenix_figures_are_consistent_with_its_trials():
     assert result["methods"]["phoenix"]["bit_identical"] is True
     sizes = result["phoenix_overhead_by_size"]
     assert sizes["large"]["n_params"] >= 10 * sizes["base"]["n_params"]
+
+
+def test_overhead_is_measured_at_three_sizes_with_cis_and_its_cpu_accounted():
+    result = json.loads(RESULT.read_text())
+    sizes = result["phoenix_overhead_by_size"]
+    assert list(sizes) == ["base", "mid", "large"]
+    for name, s in sizes.items():
+        lo, hi = s["overhead_ci95"]
+        assert lo <= s["overhead"] <= hi and s["block_pairs"] >= 5, name
+        assert s["predicted_overhead"] > 0 and set(s["snapshot_cpu_ms_per_generation"]) == {"copy", "crc", "replicate"}
+    assert result["methods"]["phoenix"]["overhead"] == sizes["base"]["overhead"]
+    for name, p in result["snapshot_cpu_profile"].items():  # the current recipe costs less CPU than the former
+        assert p["after_total_ms"] < p["before_total_ms"], name
