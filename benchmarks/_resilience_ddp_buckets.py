@@ -10,7 +10,7 @@ gradients and of the parameters after the step. Result (README, resilience secti
 gradients of step 6 -- the first resumed step -- differ from the uninterrupted run's while its loss is
 equal (same parameters); ``manual`` and ``ddp_unused`` are bit-identical through step 10.
 """
-import os, sys, json, time, hashlib
+import os, sys, json, hashlib
 import torch, torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

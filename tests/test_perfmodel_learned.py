@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from lab.training.perfmodel import PerfConfig, decompose, stage_parameters
 from lab.training.perfmodel.comm import CommModel

@@ -12,7 +12,6 @@ from lab.hpc.sim import (
     PlannedProfile,
     QueuePredictor,
     SiteTimeline,
-    Telemetry,
     earliest_fit,
     easy_backfill,
     synthesize_requests,

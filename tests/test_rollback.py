@@ -13,7 +13,7 @@ from lab.provenance.repair.cases import make_case
 from lab.provenance.repair.envs import shop_env
 from lab.provenance.repair.evaluate import method_fn, run_failed, run_oracle, score_case
 from lab.provenance.repair.graph import build_graph
-from lab.provenance.repair.runner import Program, Record, StepRecord, StepSpec, Trace, run_program
+from lab.provenance.repair.runner import Program, StepRecord, StepSpec, Trace, run_program
 
 OURS = PlannerRules()
 

@@ -13,7 +13,7 @@ from lab.generative.learned import build_unet, unet_config
 from lab.generative.video import confiner as cf
 from lab.generative.video import datasets, metrics
 from lab.generative.video.experts import EXPERTS, Expert, WeightsChecksumError, expert_files, load_expert
-from lab.generative.video.schedules import SCHEDULES, get_schedule, timesteps
+from lab.generative.video.schedules import SCHEDULES, get_schedule
 
 PAIRS = [(a, b) for a in SCHEDULES for b in SCHEDULES if a != b]
 
@@ -165,7 +165,7 @@ def test_metrics_on_known_videos():
     assert float(metrics.seam_flicker(seam, 8)) > 5
 
 
-def _hand_schedule(name: str, table: dict) -> "Schedule":
+def _hand_schedule(name: str, table: dict):
     from lab.generative.video.schedules import Schedule, T
 
     alpha, sigma = torch.ones(T + 1, dtype=torch.float64), torch.zeros(T + 1, dtype=torch.float64)

@@ -22,8 +22,8 @@ from typing import Any
 from lab.provenance.errors import IrreversibleEffectError, RepairError
 from lab.provenance.repair.envs import ToolEnv
 from lab.provenance.repair.graph import build_graph, step_node
-from lab.provenance.repair.planner import FAULT_OPS, PAPER, Plan, PlanEntry, PlannerRules, plan_repair
-from lab.provenance.repair.runner import Program, Trace, execute_step, run_program
+from lab.provenance.repair.planner import FAULT_OPS, Plan, PlanEntry, PlannerRules, plan_repair
+from lab.provenance.repair.runner import Program, Trace, execute_step
 from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
 __all__ = ["RepairResult", "repair", "BASELINES", "run_baseline", "apply_ops"]

@@ -38,7 +38,6 @@ from lab.provenance.errors import IngestError
 from lab.provenance.ingest.taubench import claim_tokens, is_write_tool
 from lab.provenance.repair.cases import Case
 from lab.provenance.repair.envs import Tool, ToolEnv
-from lab.provenance.repair.graph import leaves
 from lab.provenance.repair.runner import Program, Ref, StepSpec
 from lab.provenance.repair.store import MemoryRecord, MemTXMemory
 
