@@ -69,6 +69,7 @@ def test_notebook_02_sites_go_down_when_its_kernel_is_killed_mid_lesson(tmp_path
     scratch = Path(tempfile.mkdtemp(prefix="nbk-", dir="/tmp"))  # short: Slurm's sockets live under it
     env = {**os.environ, "TMPDIR": str(scratch)}
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(root / "notebooks"), env=env)
+    line = None
     try:
         out: list[str] = []
         reply = kc.execute_interactive(first + "\nprint('TESTBED', testbed.dir)", timeout=180,
@@ -87,8 +88,10 @@ def test_notebook_02_sites_go_down_when_its_kernel_is_killed_mid_lesson(tmp_path
             km.shutdown_kernel(now=True)
         except Exception:
             pass
-        for leftover in scratch.glob("lab02*/testbed"):
-            Testbed(leftover).down()
+        if line is not None:  # the notebook's own folder (mkdtemp in /tmp, not under TMPDIR): down if the watchdog was not
+            work = Path(line.split(" ", 1)[1]).parent
+            Testbed(work / "testbed").down()
+            shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
