@@ -80,11 +80,21 @@ LESSONS_ON_ANOTHER_DASHBOARD = {
 }
 
 
+# Lessons whose widget has no dashboard yet: a known gap, named with its issue, not a rule. Remove the entry
+# when the dashboard lands (the test then checks it like every other).
+LESSONS_WITHOUT_A_DASHBOARD_YET = {
+    "06b_performance_model.ipynb": "issue #25: PerfModelExplorer has a Voila test (test_browser_perfmodel) "
+                                   "but no dashboard, launcher card or URL parameters yet",
+}
+
+
 def test_there_is_one_dashboard_per_widget_lesson():
     lessons = sorted(LINK_RE.search(nbformat.read(p, as_version=4).cells[0].source).group(1) for p in DASHBOARDS)
-    expected = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in LESSONS_ON_ANOTHER_DASHBOARD)
+    exempt = set(LESSONS_ON_ANOTHER_DASHBOARD) | set(LESSONS_WITHOUT_A_DASHBOARD_YET)
+    expected = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name not in exempt)
     assert lessons == expected, lessons
-    assert set(LESSONS_ON_ANOTHER_DASHBOARD) <= {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+    assert exempt <= {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+    assert not set(LESSONS_WITHOUT_A_DASHBOARD_YET) & set(lessons), "a lesson with a dashboard is still listed as without one"
     assert sorted(p.name for p in DASHBOARDS) == sorted(DRAWS)
 
 
