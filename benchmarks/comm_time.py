@@ -56,6 +56,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from lab.training.comm.hooks.base import FlatBucket
 from lab.training.model import GPTConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "comm.json"
@@ -337,7 +338,7 @@ def profile_gift(s: TimeSettings) -> dict:
             x, y = sampler.batch(corpus.train_tokens, i, 0)
             model.zero_grad(set_to_none=True)
             model(x, y)[1].backward()
-            bucket = _Bucket(params)
+            bucket = FlatBucket(params)
             prof.enable()
             t1 = time.perf_counter()
             hook(state, bucket).wait()
@@ -357,29 +358,3 @@ def profile_gift(s: TimeSettings) -> dict:
                    "seconds include GIFT's refreshes (eigendecompositions) on refresh steps")
     return out
 
-
-class _Bucket:
-    """The parts of ``torch.distributed.GradBucket`` the hooks use, over every parameter's gradient."""
-
-    def __init__(self, params):
-        self._params = list(params)
-        self._buf = torch.cat([p.grad.reshape(-1) for p in self._params]).clone()
-
-    def buffer(self):
-        return self._buf
-
-    def parameters(self):
-        return self._params
-
-    def gradients(self):
-        out, pos = [], 0
-        for p in self._params:
-            out.append(self._buf[pos : pos + p.numel()].view(p.shape))
-            pos += p.numel()
-        return out
-
-    def index(self):
-        return 0
-
-    def is_last(self):
-        return True

@@ -32,35 +32,10 @@ from lab.training.comm import (
 )
 from lab.training.comm.gift import euclidean_roundtrip, gift_roundtrip, relative_error, saturation_rates
 from lab.training.comm.hooks import bucket_layout
+from lab.training.comm.hooks.base import FlatBucket
 
 
-class FakeBucket:
-    """The parts of ``torch.distributed.GradBucket`` the hooks use: a flat buffer and per-parameter views."""
-
-    def __init__(self, params, index=0, last=True, grads=None):
-        self._params = list(params)
-        grads = grads if grads is not None else [p.grad for p in self._params]
-        self._buf = torch.cat([g.reshape(-1) for g in grads]).clone()
-        self._index, self._last = index, last
-
-    def buffer(self):
-        return self._buf
-
-    def parameters(self):
-        return self._params
-
-    def gradients(self):
-        out, pos = [], 0
-        for p in self._params:
-            out.append(self._buf[pos : pos + p.numel()].view(p.shape))
-            pos += p.numel()
-        return out
-
-    def index(self):
-        return self._index
-
-    def is_last(self):
-        return self._last
+FakeBucket = FlatBucket  # the hooks called outside DDP
 
 
 def spd(d, cond, seed=0, rotate=True):

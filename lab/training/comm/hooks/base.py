@@ -21,7 +21,7 @@ from lab.training.errors import HookError
 #: What a GIFT segment undoes after the average: one (right-hand) factor or both Kronecker factors.
 Transform = Whitening | KroneckerWhitening
 
-__all__ = ["CommHookState", "ErrorFeedback", "StepRecord", "Transform", "bucket_layout", "fp32_hook"]
+__all__ = ["CommHookState", "ErrorFeedback", "FlatBucket", "StepRecord", "Transform", "bucket_layout", "fp32_hook"]
 
 
 # -- accounting ------------------------------------------------------------------------------------
@@ -346,3 +346,46 @@ def fp32_hook(state: CommHookState, bucket) -> torch.futures.Future:
 for _hook in (fp32_hook,):
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
 del _hook
+
+
+class FlatBucket:
+    """A stand-in for ``torch.distributed.GradBucket`` over given parameters, to call a DDP comm hook outside DDP
+    (a benchmark's simulated step, a test): the parts the hooks use.
+
+    Parameters
+    ----------
+    params : iterable of torch.nn.Parameter
+        The bucket's parameters, in order.
+    index : int
+        What :meth:`index` returns (DDP's bucket index).
+    last : bool
+        What :meth:`is_last` returns.
+    grads : list of tensor, optional
+        The gradients to flatten (default each parameter's ``.grad``); copied into one flat buffer
+        (``buffer()``, 1-D, the gradients' dtype), of which :meth:`gradients` returns per-parameter views.
+    """
+
+    def __init__(self, params, index=0, last=True, grads=None):
+        self._params = list(params)
+        grads = grads if grads is not None else [p.grad for p in self._params]
+        self._buf = torch.cat([g.reshape(-1) for g in grads]).clone()
+        self._index, self._last = index, last
+
+    def buffer(self):
+        return self._buf
+
+    def parameters(self):
+        return self._params
+
+    def gradients(self):
+        out, pos = [], 0
+        for p in self._params:
+            out.append(self._buf[pos : pos + p.numel()].view(p.shape))
+            pos += p.numel()
+        return out
+
+    def index(self):
+        return self._index
+
+    def is_last(self):
+        return self._last
