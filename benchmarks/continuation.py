@@ -343,6 +343,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, nargs="+", default=[100, 500, 2000])
     p.add_argument("--held", type=int, nargs="+", default=[100, 500, 1000, 2000, 5000])
     p.add_argument("--cpus", type=int, default=32, help="CPUs declared per site")
+    p.add_argument("--compute-nice", type=int, default=0,
+                   help="nice value of the sites' node daemons and so of their jobs (Testbed.up's compute_nice)")
     args = p.parse_args(argv)
     result = {}
     if args.out.exists():
@@ -354,7 +356,7 @@ def main(argv=None) -> int:
         work = Path(tmp)
         work.chmod(0o755)  # user nobody (the other users' jobs) must read the sites' slurm.conf
         with Testbed(work / "tb") as tb:
-            sites = tb.up(SITES, cpus=args.cpus, memory_mb=args.cpus * 500)
+            sites = tb.up(SITES, cpus=args.cpus, memory_mb=args.cpus * 500, compute_nice=args.compute_nice)
             if args.part in ("held", "all"):
                 result["poll_ms_by_jobs_held"] = run_held(tb, sites[0], work, args.held)
                 result["poll_ms_by_jobs_held_note"] = (

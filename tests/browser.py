@@ -252,13 +252,15 @@ class PageWatch:
             text = "\n---\n".join(e[-3000:] for e in errors)
             self.fail(f"the notebook raised while waiting for {what}:\n{text}", show_error=True)
 
-    def wait_for(self, condition, *, what: str | None = None, timeout_s: float = 60, arg=None, poll_s: float = 0.25):
+    def wait_for(self, condition, *, what: str | None = None, timeout_s: float = 60, arg=None, poll_s: float = 0.25,
+                 state: str | None = None):
         """Wait until ``condition`` holds, checking for notebook errors between polls.
 
         ``condition``: a JavaScript function (source text, called with ``arg``) that returns a truthy value
         when done, or a Playwright locator or CSS selector (done when its first match is visible). Returns
         the function's value (or True). A function that throws counts as "not yet" (an element it reads may
-        not exist yet); the last such exception is in the timeout message.
+        not exist yet); the last such exception is in the timeout message, and so is what ``state`` (a
+        JavaScript function, called with ``arg``) returns then: what the page showed when the wait gave up.
         """
         what = what or (condition if isinstance(condition, str) else str(condition))
         if isinstance(condition, str) and not re.match(r"\s*(\(|async\b|function\b|\w+\s*=>)", condition):
@@ -279,6 +281,11 @@ class PageWatch:
             if time.monotonic() > deadline:
                 self.check(what)
                 note = f" (last attempt raised: {str(last_exc).strip()[:500]})" if last_exc else ""
+                if state is not None:
+                    try:
+                        note += f"\nthe page then showed: {json.dumps(self.page.evaluate(state, arg))[:3000]}"
+                    except Exception as exc:  # noqa: BLE001 - the page may be gone
+                        note += f"\n(its state could not be read: {str(exc).strip()[:300]})"
                 self.fail(f"timed out after {timeout_s:g} s waiting for {what}{note}")
             self.page.wait_for_timeout(poll_s * 1000)  # lets Playwright deliver websocket events
 

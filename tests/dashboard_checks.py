@@ -60,11 +60,20 @@ TABLE_JS = """([table, key]) => {
 }"""
 
 
+# On a timeout: what was drawn, each trace's name and number of points, and the widget's status line.
+PLOT_STATE_JS = f"""(root) => {{
+  const gd = document.querySelector(root + ' .js-plotly-plot');
+  return {{drawn: gd ? ({PLOT_JS})(root) : null,
+          traces: gd && gd.data ? gd.data.map(t => [t.name, (t.x || []).length]) : null,
+          status: (document.querySelector(root + ' .lab-live-status') || {{}}).innerText || null}};
+}}"""
+
+
 def check_plot(watch: PageWatch, root: str, *, lines: int, points: int = 0, bars: int = 0) -> dict:
     """At least ``lines`` lines, ``points`` markers and ``bars`` bars drawn, every one inside a plot area."""
     drawn = watch.wait_for(
         f"() => {{ const d = ({PLOT_JS})({root!r}); return d.lines >= {lines} && d.points >= {points} && d.bars >= {bars} && d; }}",
-        what=f"{root}'s chart: {lines} lines, {points} markers, {bars} bars", timeout_s=300)
+        what=f"{root}'s chart: {lines} lines, {points} markers, {bars} bars", timeout_s=300, state=PLOT_STATE_JS, arg=root)
     assert drawn["lines_inside"] == drawn["lines"], drawn
     assert drawn["points_inside"] == drawn["points"], drawn
     assert drawn["bars_inside"] == drawn["bars"], drawn

@@ -94,10 +94,11 @@ def test_status_asks_squeue_for_the_watched_ids_only(tmp_path, monkeypatch):
     assert {k: v.state for k, v in got.items()} == {"1": JobState.RUNNING, "2": JobState.PENDING, "3": JobState.FAILED}
     assert got["3"].exit_code == 3 and got["3"].name == "job x"
     squeues = fake.squeue_calls()
-    # one squeue, carrying exactly the watched ids, for this user's jobs; not the whole queue (--json lists every user's jobs)
+    # one squeue, carrying exactly the watched ids that the completion records do not show ended (3 is read there
+    # first), for this user's jobs; not the whole queue (--json lists every user's jobs)
     assert len(squeues) == 1 and "--json" not in squeues[0][1]
     argv = squeues[0][1]
-    assert argv[argv.index("-j") + 1] == "1,2,3" and argv[argv.index("-u") + 1] == sched.user
+    assert argv[argv.index("-j") + 1] == "1,2" and argv[argv.index("-u") + 1] == sched.user
     # a job found nowhere for this user (another user's, or gone) is asked for once more without the user filter
     got = sched.status(["1", "900007", "4"])
     assert {k: v.state for k, v in got.items()} == {"1": JobState.RUNNING, "900007": JobState.PENDING, "4": JobState.UNKNOWN}
@@ -262,16 +263,18 @@ def test_polls_do_not_ping_first_and_a_down_controller_still_fails_fast(tmp_path
     sched.user = None
     for _ in range(3):
         assert sched.status(["1"])["1"].state is JobState.RUNNING
+    # where the completion records are is asked once (the answer is kept), then only squeue
     calls = log.read_text().splitlines()
-    assert calls == [calls[0]] * 3 and calls[0].startswith("squeue -h --noconvert -t all -j 1 -O"), calls
+    assert calls[0] == "scontrol show config" and calls[1:] == [calls[1]] * 3, calls
+    assert calls[1].startswith("squeue -h --noconvert -t all -j 1 -O"), calls
     for _ in range(3):
         assert sched.queue().running == 1
     calls = log.read_text().splitlines()
-    assert len(calls) == 9 and not [c for c in calls if c.startswith("scontrol")], calls
+    assert len(calls) == 10 and not [c for c in calls[1:] if c.startswith("scontrol")], calls
     # slow but up: one ping while it waits, then the answer
     (tmp_path / "slow").touch()
     assert sched.status(["1"])["1"].state is JobState.RUNNING
-    new = log.read_text().splitlines()[9:]
+    new = log.read_text().splitlines()[10:]
     assert len(new) == 2 and new[0].startswith("squeue") and new[1] == "scontrol ping"
     # gone: the ping says so and the waiting squeue is ended
     (tmp_path / "down").touch()
@@ -279,3 +282,84 @@ def test_polls_do_not_ping_first_and_a_down_controller_still_fails_fast(tmp_path
     with pytest.raises(SiteUnavailable, match=r"alpha.*is DOWN"):
         sched.status(["1"])
     assert time.monotonic() - t0 < 5.0  # 20 s (the fake client's retries) before
+
+
+def test_the_listing_guard_counts_from_when_the_last_squeue_started(tmp_path, monkeypatch):
+    """At most one squeue per site per listing interval, counted between the processes' real starts: a thread
+    descheduled between taking its turn and starting squeue (under load) used to let the next call start
+    early (two squeue calls 0.1 s apart here; the scale benchmark saw two in one second)."""
+    import lab.hpc.schedulers.slurm as slurm_module
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f'#!/bin/sh\ndate +%s.%N >> {tmp_path}/starts.log\necho "1|RUNNING|0|{T}|{T}|N/A|1|1|1:00|None|n0|job x"\n')
+    (bin_dir / "squeue").chmod(0o755)
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nexit 0\n")  # show config: no jobcomp file (the answer is kept)
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    real_popen, late = subprocess.Popen, [True]
+
+    def descheduled_once(argv, *a, **kw):
+        if argv[0] == "squeue" and late[0]:
+            late[0] = False
+            time.sleep(0.3)  # between the guard's turn and the process start
+        return real_popen(argv, *a, **kw)
+
+    monkeypatch.setattr(slurm_module.subprocess, "Popen", descheduled_once)
+    sched = SlurmScheduler("alpha", tmp_path / "slurm.conf", listing_interval_s=0.4)
+    sched.user = None
+    for _ in range(3):
+        assert sched.status(["1"])["1"].state is JobState.RUNNING
+    starts = [float(x) for x in (tmp_path / "starts.log").read_text().split()]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 3 and min(gaps) >= 0.4 - 0.01, gaps
+
+
+def test_the_service_writes_an_end_from_the_completion_records_without_waiting_for_squeue(tmp_path, monkeypatch):
+    """Between the sites' squeue turns, ``serve`` reads the completion records every poll: a job whose end Slurm
+    has recorded (squeue still says COMPLETING, and the site's squeue is slow) is written within a poll, once;
+    the squeue answer that arrives afterwards (RUNNING) neither reopens its watch nor writes a second event."""
+    fake = FakeSlurm(tmp_path / "jobcomp.log")
+    inner = fake.run
+
+    def slow_squeue(argv, *, stdin=None, check=True):
+        if argv[0] == "squeue":
+            time.sleep(1.5)
+        return inner(argv, stdin=stdin, check=check)
+
+    sched = _scheduler(fake, monkeypatch)
+    monkeypatch.setattr(sched, "_run", slow_squeue)
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fake.jobs["7"] = "RUNNING"
+    cont.watch_job("alpha", "7")
+    service = ContinuationService(db, {"alpha": sched}, poll_s=0.05, queue_every_s=None, site_min_interval_s=1.0)
+    stop = threading.Event()
+    worker = threading.Thread(target=service.serve, args=(stop,))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not [c for c in fake.squeue_calls()]:  # the site's first squeue is under way
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)
+        with fake.lock:  # Slurm records the end; squeue goes on listing the job (COMPLETING: running)
+            fake.jobs["7"] = "COMPLETING"
+            with fake.jobcomp.open("a") as fh:
+                fh.write(_jobcomp_line("7"))
+        ended_at = time.monotonic()
+        while not cont.log.tail(kinds=["job.completed"], key=job_key("alpha", "7")):
+            assert time.monotonic() - ended_at < 5
+            time.sleep(0.01)
+        seen_s = time.monotonic() - ended_at
+        time.sleep(3.5)  # the in-flight squeue (RUNNING) and the next turn come back meanwhile
+    finally:
+        stop.set()
+        worker.join()
+    assert seen_s < 0.8, seen_s  # the squeue under way ended about 1.3 s later, the next one 1.5 s after that
+    kinds = [e.kind for e in cont.log.tail(key=job_key("alpha", "7"))]
+    assert kinds.count("job.completed") == 1 and "job.started" not in kinds[kinds.index("job.completed"):], kinds
+    active = service._store.conn.execute("SELECT active, last_state FROM watches WHERE job_id = '7'").fetchone()
+    assert tuple(active) == (0, "completed"), active
+    service.close()
+    cont.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from lab import LabError
+from lab.hpc.continuation import ContinuationService, Continuations, job_key
 from lab.hpc.errors import HPCError, SchedulerError, SiteUnavailable
 from lab.hpc.schedulers.base import TERMINAL_STATES, JobSpec, JobState, JobStatus
 from lab.hpc.schedulers.slurm import SlurmScheduler, map_state, parse_jobcomp_line, parse_slurm_time
@@ -327,3 +328,44 @@ def test_command_line_up_status_down(tmp_path):
     st = cli("status")
     assert st.returncode == 1 and "no testbed" in st.stdout
     assert main(["status", "--dir", str(tmp_path)]) == 1
+
+
+def test_a_completing_job_is_ended_by_its_completion_record_and_niced_nodes_run_niced_jobs(tmp_path):
+    """Slurm writes a job's jobcomp record when its batch script ends, but squeue lists the job as COMPLETING
+    until the node's epilog is done (seconds while hundreds of jobs end at once, issue #16): ``status`` and
+    the continuation service take the record, so the end is seen while squeue still says COMPLETING.
+    ``compute_nice`` runs the node daemon, and so the job, at that nice value."""
+    tb = Testbed(tmp_path / "tb", timeout_s=30, grace_s=10)
+    try:
+        (site,) = tb.up(["gamma"], cpus=1, memory_mb=1000, compute_nice=5)
+        epilog = tmp_path / "epilog.sh"
+        epilog.write_text("#!/bin/sh\nsleep 8\n")  # run by slurmd after the job: the job stays COMPLETING meanwhile
+        epilog.chmod(0o755)
+        site.conf.write_text(site.conf.read_text() + f"Epilog={epilog}\n")
+        subprocess.run(["scontrol", "reconfigure"], env=site.env(), check=True, capture_output=True, timeout=60)
+        sched = site.scheduler(timeout_s=20)
+        job_id = sched.submit(JobSpec(name="niced", command="nice; exit 4", walltime_s=60, stdout=str(tmp_path / "%j.out")))
+        deadline = time.monotonic() + 20
+        while "COMPLETING" not in (listed := subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=site.env(),
+                                                            capture_output=True, text=True).stdout):
+            assert time.monotonic() < deadline, f"job {job_id} never listed COMPLETING: {listed!r}"
+            time.sleep(0.1)
+        st = sched.status([job_id])[job_id]
+        assert (st.state, st.exit_code) == (JobState.FAILED, 4), st  # RUNNING (COMPLETING) before
+        db = tmp_path / "lab.db"
+        cont = Continuations(db)
+        cont.watch_job("gamma", job_id)
+        service = ContinuationService(db, {"gamma": sched}, queue_every_s=None)
+        service.poll_once()  # the service's own path: one poll writes the end
+        ended = cont.log.tail(kinds=["job.failed"], key=job_key("gamma", job_id))
+        assert len(ended) == 1 and ended[0].payload["exit_code"] == 4, ended
+        service.queue_every_s = 0.0
+        sample_view = service._ask_site("gamma", [job_id], True)[1][job_id]  # with a whole-queue sample: the same
+        assert sample_view.state is JobState.FAILED, sample_view
+        still = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=site.env(), capture_output=True, text=True).stdout
+        assert "COMPLETING" in still, still  # all of it seen while squeue still says COMPLETING
+        assert (tmp_path / f"{job_id}.out").read_text().strip() == "5"  # the job ran at the node daemon's nice value
+        service.close()
+        cont.close()
+    finally:
+        tb.down()

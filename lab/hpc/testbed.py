@@ -427,10 +427,15 @@ class Testbed:
         *,
         cpus: int | Sequence[int] = 2,
         memory_mb: int | Sequence[int] = 6000,
+        compute_nice: int = 0,
     ) -> list[TestbedSite]:
         """Start ``sites`` sites (a count, named ``site0``.., or a list of names) and wait until each is idle.
 
         ``cpus`` and ``memory_mb`` (megabytes) are one value for every site or one per site.
+        ``compute_nice`` (0..19) runs each node daemon, and so every job and job step daemon it starts,
+        at that nice value: on a real site the jobs run on compute nodes, not beside the controllers and
+        the client that watches them; on a small machine a niced node gives the controllers and the
+        client the CPU first, as separate hardware would (the jobs still get every idle cycle).
         Returns the started sites, in order. Raises :class:`TestbedError` (everything started
         so far is stopped again).
         """
@@ -447,6 +452,8 @@ class Testbed:
                 )
         if len(set(names)) != len(names):
             raise TestbedError(f"site names must be unique, got {names}")
+        if not isinstance(compute_nice, int) or not 0 <= compute_nice <= 19:
+            raise TestbedError(f"compute_nice must be an integer nice value 0..19, got {compute_nice!r}")
         cpu_list = self._per_site("cpus", cpus, len(names))
         mem_list = self._per_site("memory_mb", memory_mb, len(names))
         for c, m in zip(cpu_list, mem_list):
@@ -494,7 +501,7 @@ class Testbed:
             for st in started:
                 self._wait(st, "slurmctld", lambda s: self._ping(s), "answer `scontrol ping`")
             for st in started:
-                self._spawn(st, "slurmd", [bins["slurmd"], "-D", "-N", st.site.node, "-f", str(st.site.conf)])
+                self._spawn(st, "slurmd", [bins["slurmd"], "-D", "-N", st.site.node, "-f", str(st.site.conf)], nice=compute_nice)
                 self._save([s.site for s in started])
             for st in started:
                 self._wait(st, "slurmd", lambda s: self._node_state(s) == "idle", "show its node idle in `sinfo`")
@@ -544,8 +551,10 @@ class Testbed:
         for f in ("jobcomp.log", "slurm.conf"):
             (site_dir / f).unlink(missing_ok=True)
 
-    def _spawn(self, st: _Started, daemon: str, argv: list[str]) -> None:
+    def _spawn(self, st: _Started, daemon: str, argv: list[str], *, nice: int = 0) -> None:
         out = open(st.site.dir / "log" / f"{daemon}.out", "ab")
+        if nice:  # nice(1) execs the daemon: same pid, and every thread and child it starts inherits the value
+            argv = [shutil.which("nice") or "/usr/bin/nice", "-n", str(nice), *argv]
         try:
             proc = subprocess.Popen(
                 argv,

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import re
 import signal
@@ -195,7 +196,9 @@ class SlurmScheduler(Scheduler):
         self.listing_interval_s = float(listing_interval_s)
         self._listing_lock = threading.Lock()
         self._listing_started: dict[str, float] = {}  # "squeue" / "sacct" -> time.monotonic() the last one started
+        self._spawned: dict[str, float] = {}  # command -> time.monotonic() its last process was started
         self._jobcomp: Path | None = None
+        self._no_jobcomp = False  # the site answered that it writes no jobcomp file
         self._jobcomp_reader: JobcompReader | None = None
         #: the user whose jobs :meth:`status` asks squeue for (the one running this process: the jobs it submits)
         self.user: str | None = getpass.getuser()
@@ -227,6 +230,7 @@ class SlurmScheduler(Scheduler):
             # its own process group: a site's wrapper script and what it started are ended together
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=self._env(), text=True, process_group=0)
+            self._spawned[argv[0]] = time.monotonic()
         except FileNotFoundError as e:
             raise SchedulerError(self.name, argv, None, f"{argv[0]} not found: {INSTALL_HINT}") from e
         try:
@@ -259,8 +263,10 @@ class SlurmScheduler(Scheduler):
         """:meth:`_run` for ``squeue`` / ``sacct``, each at most once per :attr:`listing_interval_s` (start to start)."""
         if self.listing_interval_s > 0:
             with self._listing_lock:
-                last = self._listing_started.get(argv[0])
-                if last is not None:
+                # from the later of the last call's turn and its process's actual start (a thread
+                # descheduled between the two under load must not let the next start early)
+                last = max(self._listing_started.get(argv[0], -math.inf), self._spawned.get(argv[0], -math.inf))
+                if last > -math.inf:
                     wait_s = last + self.listing_interval_s - time.monotonic()
                     if wait_s > 0:
                         time.sleep(wait_s)
@@ -376,14 +382,19 @@ class SlurmScheduler(Scheduler):
         )
 
     def jobcomp_path(self) -> Path | None:
-        """The site's jobcomp/filetxt file (``JobCompLoc``), or None if the site does not write one."""
-        if self._jobcomp is None:
+        """The site's jobcomp/filetxt file (``JobCompLoc``), or None if the site does not write one.
+
+        Asked once (``scontrol show config``, else the slurm.conf); a definite answer, file or none, is
+        kept (every :meth:`status` asks), an unanswered one is asked again next time."""
+        if self._jobcomp is None and not self._no_jobcomp:
             loc = comp_type = None
             r = self._run(["scontrol", "show", "config"], check=False)
             text = r.stdout if r.returncode == 0 else ""
+            answered = r.returncode == 0
             if not text:
                 try:
                     text = self.slurm_conf.read_text()
+                    answered = True
                 except OSError:
                     text = ""
             for line in text.splitlines():
@@ -395,6 +406,8 @@ class SlurmScheduler(Scheduler):
                         comp_type = m.group(2)
             if comp_type and "filetxt" in comp_type and loc:
                 self._jobcomp = Path(loc)
+            else:
+                self._no_jobcomp = answered
         return self._jobcomp
 
     def jobcomp_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
@@ -407,6 +420,21 @@ class SlurmScheduler(Scheduler):
             self._jobcomp_reader = JobcompReader(path, parse_jobcomp_line, map_state)
         return self._jobcomp_reader.status(job_ids)
 
+    def recorded_ends(self, job_ids: list[str], *, lookup: bool = True) -> dict[str, JobStatus]:
+        """Ended jobs among ``job_ids`` that the site's jobcomp file already records, with no call to
+        the controller (``{}`` where the site writes no such file; with ``lookup=False`` also while
+        the file's place is not known yet, instead of asking ``scontrol show config`` for it).
+
+        Slurm writes a job's completion record when its batch script ends, while ``squeue`` goes on
+        listing the job as COMPLETING until the node has reported its epilog done: with hundreds of
+        jobs ending at once that took seconds (issue #16), so :meth:`status` and the continuation
+        service read the record first. A record in a state that is not an end (``REQUEUED``: the job
+        will run again) is not taken; squeue answers for that job."""
+        if not job_ids or (not lookup and self._jobcomp is None) or self.jobcomp_path() is None:
+            return {}
+        return {i: st for i, st in self.jobcomp_status([str(j) for j in job_ids]).items()
+                if st.state not in _ACTIVE and st.state != JobState.UNKNOWN}
+
     def completed_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """Ended jobs among ``job_ids`` from the completion records alone, without ``squeue``: the
         jobcomp file (incremental read) if the site writes one, else one ``sacct -X -j`` call."""
@@ -418,7 +446,8 @@ class SlurmScheduler(Scheduler):
         return sacct_watched(self.name, self._listing, ids, map_state)
 
     def status(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        """Each job's status with one ``squeue -j <the ids>`` call (not the whole queue: its cost does
+        """Each job's status: first the jobs the jobcomp file records as ended (:meth:`recorded_ends`,
+        no controller call), then one ``squeue -j <the other ids>`` call (not the whole queue: its cost does
         not grow with the jobs other users hold), then the completion records for those squeue no
         longer lists (:meth:`completed_status`); jobs found nowhere are UNKNOWN. The squeue call is
         for :attr:`user`'s jobs only (``-u``: the controller then sends only that user's records);
@@ -426,7 +455,10 @@ class SlurmScheduler(Scheduler):
         ids = list(dict.fromkeys(str(j) for j in job_ids))
         if not ids:
             return {}
-        out = squeue_watched(self.name, self._listing, ids, map_state, user=self.user)
+        out = self.recorded_ends(ids)  # ended by the completion records: squeue may still say COMPLETING
+        listed = [i for i in ids if i not in out]
+        if listed:
+            out.update(squeue_watched(self.name, self._listing, listed, map_state, user=self.user))
         missing = [i for i in ids if i not in out]
         if missing:
             out.update(self.completed_status(missing))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -245,6 +246,7 @@ class JobcompReader:
         self._ident: tuple[int, int] | None = None  # (device, inode) of the file read so far
         self._interest: set[str] = set()
         self._lines: dict[str, str] = {}  # job id -> its last line (jobs asked about only)
+        self._lock = threading.Lock()
 
     def _scan(self, start: int, stop: int | None, wanted: set[str]) -> int:
         """Keep the lines of ``wanted`` jobs in bytes [start, stop) (to the last full line); returns where it stopped."""
@@ -266,14 +268,19 @@ class JobcompReader:
         return start + cut
 
     def status(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
-        """Ended jobs among ``job_ids`` found in the file (the last line per job wins)."""
+        """Ended jobs among ``job_ids`` found in the file (the last line per job wins). Thread-safe (the
+        continuation service reads the file every poll while a site's worker may be asking too)."""
         ids = {str(j) for j in job_ids}
         if not ids:
             return {}
+        with self._lock:
+            return self._status_of(ids)
+
+    def _status_of(self, ids: set[str]) -> dict[str, JobStatus]:
         now = time.monotonic()
         stale = [j for j, t in self._asked.items() if now - t > self.forget_after_s and j not in ids]
         if stale:
-            self.forget(stale)
+            self._forget(stale)
         self._asked.update(dict.fromkeys(ids, now))
         try:
             st = os.stat(self.path)
@@ -297,6 +304,10 @@ class JobcompReader:
 
     def forget(self, job_ids: Iterable[str]) -> None:
         """Stop keeping the lines of these jobs (e.g. once their end has been recorded)."""
+        with self._lock:
+            self._forget(job_ids)
+
+    def _forget(self, job_ids: Iterable[str]) -> None:
         for j in job_ids:
             self._interest.discard(str(j))
             self._lines.pop(str(j), None)
