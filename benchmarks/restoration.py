@@ -918,12 +918,17 @@ def main(argv=None) -> None:
     p.add_argument("--learned-n-images", type=_positive_int, default=None, help="test images of a learned prior (default: --n-images)")
     p.add_argument("--merge", default=None, metavar="FILE",
                    help="carry over from FILE (an earlier run) every prior this run does not run (see merge())")
+    p.add_argument("--combine", nargs="+", default=None, metavar="RUN",
+                   help="run nothing: put the runs RUN... (outputs of earlier invocations, e.g. parts run side by side) "
+                        "into --merge FILE one after the other, in the order given (see merge())")
     p.add_argument("--learned-nfe", nargs="+", type=int, default=None, help="NFE budgets for learned priors (default: --nfe)")
     p.add_argument("--learned-methods", nargs="+", default=None, choices=METHODS, help="methods on learned priors (default: all)")
     p.add_argument("--learned-claims", default="auto", choices=("auto", "full", "short", "none"),
                    help="claim sweeps on learned priors (auto: full on CUDA, short on a CPU)")
     p.add_argument("--tasks", nargs="+", default=None, help="override the tasks (default: all five)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--note", default=None, metavar="TEXT",
+                   help="a sentence kept as inputs.note (e.g. the scope of a partial re-run and why)")
     p.add_argument("--no-claims", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--jobs", type=_positive_int, default=1,
@@ -934,6 +939,18 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.ship and a.quick:
         p.error("--ship copies the committed full run into lab; not with --quick")
+    if a.combine:
+        if not a.merge:
+            p.error("--combine needs --merge FILE: the table the runs are put into")
+        from pathlib import Path
+
+        result, source = json.loads(Path(a.merge).read_text()), a.merge
+        for run_file in a.combine:
+            result, source = merge(json.loads(Path(run_file).read_text()), result, source), run_file
+        if a.note:
+            result["inputs"]["note"] = a.note
+        _write_and_ship(a, result)
+        return
     q = QUICK if a.quick else {}
     result = run(
         priors=tuple(a.priors or q.get("priors", ("gaussian", "gaussian-samples", "empirical", "learned"))),
@@ -943,10 +960,16 @@ def main(argv=None) -> None:
         learned_methods=a.learned_methods, learned_claims=a.learned_claims, jobs=a.jobs,
         log=None if a.quiet else _stderr_log,
     )
+    if a.note:
+        result["inputs"]["note"] = a.note
     if a.merge:
         from pathlib import Path
 
         result = merge(result, json.loads(Path(a.merge).read_text()), a.merge)
+    _write_and_ship(a, result)
+
+
+def _write_and_ship(a, result: dict) -> None:
     out = write(a.out, result)
     if a.ship:  # byte for byte the same file (tests/test_generative_results.py checks it)
         shipped = results_path("restoration")

@@ -161,6 +161,39 @@ def test_merge_puts_a_run_into_an_earlier_table_row_by_row(quick):
     assert [c["claim"] for c in out["claims"] if c["prior"] == "gaussian"] == [c["claim"] for c in quick["claims"]]
 
 
+def test_combine_folds_runs_into_a_table_in_order(tmp_path, capsys):
+    """--combine runs nothing: parts run side by side (each without --merge) go into the table one after the other,
+    a later part's row replacing an earlier one; --note is kept; --combine without --merge is refused."""
+    row = lambda task, nfe, method, psnr: dict(prior="mnist", dataset="mnist", task=task, nfe=nfe, method=method,  # noqa: E731
+                                               psnr=psnr, psnr_std=1.0, n_images=4, hyper_source="paper")
+
+    def run(rows, seconds):
+        return {"benchmark": "restoration", "priors": {"mnist": {"dataset": "mnist", "kind": "learned", "claims": "none"}},
+                "results": rows, "paired": [], "claims": [], "degraded": {}, "learned_priors": {"mnist": "included"},
+                "inputs": {"n_images": 4}, "seconds": seconds}
+
+    base = run([row("sr4", 20, "flower", 1.0), row("sr4", 100, "flower", 7.0)], 10.0)
+    a = run([row("sr4", 20, "flower", 2.0), row("sr4", 20, "naive", 1.5)], 1.0)
+    b = run([row("sr4", 20, "flower", 3.0), row("sr4", 50, "flower", 4.0)], 2.0)
+    files = {}
+    for name, d in (("base", base), ("a", a), ("b", b)):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(d))
+    out = tmp_path / "out.json"
+    R.main(["--combine", str(files["a"]), str(files["b"]), "--merge", str(files["base"]), "--out", str(out), "--note", "why"])
+    got = json.loads(out.read_text())
+    by = {(r["task"], r["nfe"], r["method"]): r["psnr"] for r in got["results"]}
+    assert by == {("sr4", 20, "flower"): 3.0, ("sr4", 100, "flower"): 7.0, ("sr4", 20, "naive"): 1.5, ("sr4", 50, "flower"): 4.0}
+    assert got["inputs"]["note"] == "why" and got["seconds"] == 13.0
+    assert got["inputs"]["carried_over"]["from"] == str(files["a"])  # b was put into (a put into base)
+    assert got["inputs"]["carried_over"]["their_inputs"]["carried_over"]["from"] == str(files["base"])
+    expected = R.merge(json.loads(json.dumps(b)), R.merge(json.loads(json.dumps(a)), base, str(files["base"])), str(files["a"]))
+    assert got["results"] == expected["results"]
+    with pytest.raises(SystemExit):
+        R.main(["--combine", str(files["a"]), "--out", str(out)])
+    assert "--combine needs --merge" in capsys.readouterr().err
+
+
 def test_claims_rows(quick):
     claims = quick["claims"]
     for c in claims:
