@@ -22,11 +22,16 @@ from lab.training import GiftError, HookError, TrainingError
 from lab.training.comm import (
     HOOKS,
     CodecHookState,
+    CommHookState,
     ErrorFeedback,
+    ErrorFeedbackState,
     GiftHookState,
+    MeasureErrorState,
     KroneckerWhitening,
     LayerSelector,
     Whitening,
+    codec_hook,
+    error_feedback_wrapper,
     get_codec,
     get_hook,
 )
@@ -238,6 +243,104 @@ def test_fp8_ef_hook_feeds_back_the_residual():
     second = hook(state, FakeBucket([lin.weight])).wait()
     assert torch.equal(second, codec.decode(codec.encode(g + r1), g.numel()))
     assert torch.allclose(first + second + state.error_feedback.residuals["weight"], 2 * g, atol=1e-6)
+
+
+def _ef_model_steps(steps=6):
+    """A small MLP and, per step, its gradients (fixed seed): the input of the wrapper tests."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randn(8, 16, generator=gen) * torch.logspace(0, -2, 16) for _ in range(steps)]
+    return model, xs
+
+
+def _run_buckets(model, state, hook, xs):
+    """Every step through the hook as two buckets (first two parameters, then the rest); the outputs."""
+    outs = []
+    for x in xs:
+        model.zero_grad()
+        model(x).pow(2).sum().backward()
+        ps = list(model.parameters())
+        outs.append(hook(state, FakeBucket(ps[:2], 0, False)).wait())
+        outs.append(hook(state, FakeBucket(ps[2:], 1, True)).wait())
+    return outs
+
+
+@pytest.mark.parametrize("name, kw, codec_name", [("fp8_ef", {"fmt": "e5m2"}, "fp8_e5m2"),
+                                                   ("nvfp4", {"error_feedback": True}, "nvfp4")])
+def test_error_feedback_wrapper_sends_q_of_g_plus_the_carried_residual(name, kw, codec_name):
+    model, xs = _ef_model_steps()
+    state, hook = get_hook(name, model=model, measure_error=True, **kw)
+    assert isinstance(state, MeasureErrorState) and isinstance(state.inner, ErrorFeedbackState)
+    assert hook.__name__ == "measure_error_error_feedback_codec_hook"
+    outs = _run_buckets(model, state, hook, xs)
+    # by hand: x = g + r, q = Q(x), r <- x - q per parameter; a world of one returns q
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    codec, r, carried = get_codec(codec_name), {}, 0
+    for t, x in enumerate(xs):
+        ref.zero_grad()
+        ref(x).pow(2).sum().backward()
+        ps = list(ref.parameters())
+        err_sq = sent_sq = ref_sq = 0.0
+        for b, group in enumerate((ps[:2], ps[2:])):
+            expected = []
+            for p in group:
+                g = p.grad.reshape(-1)
+                xk = g + r[id(p)] if id(p) in r else g
+                q = codec.decode(codec.encode(xk), g.numel())
+                one = codec.decode(codec.encode(g), g.numel())
+                carried += int(not torch.equal(q, one))
+                r[id(p)] = xk - q
+                expected.append(q)
+                err_sq += float(((one - g).double() ** 2).sum())
+                sent_sq += float(((q - g).double() ** 2).sum())
+                ref_sq += float((g.double() ** 2).sum())
+            assert torch.equal(outs[2 * t + b], torch.cat(expected)), (t, b)
+        rec = state.history[t]  # measured against the uncompensated gradient (the wrapper is outside the EF)
+        assert rec.rel_error == pytest.approx(math.sqrt(err_sq / ref_sq), rel=1e-9)
+        assert rec.sent_rel_error == pytest.approx(math.sqrt(sent_sq / ref_sq), rel=1e-9)
+    assert carried > 0  # the residual changed what was sent (a wrapper that drops it fails the equality above)
+    names = dict(zip((id(p) for p in ref.parameters()), (n for n, _ in model.named_parameters())))
+    for pid, res in r.items():
+        assert torch.equal(state.error_feedback.residuals[names[pid]], res)
+
+
+def test_wrapped_hooks_are_bit_identical_to_the_flag_path_gift_keeps():
+    """GIFT with no layer selected sends every parameter Euclidean through its own flag path
+    (``euclidean_error_feedback``, ``measure_error``): the wrapped codec hook gives the same bits."""
+    model, xs = _ef_model_steps()
+    state, hook = get_hook("fp8_ef", model=model, measure_error=True)
+    wrapped = _run_buckets(model, state, hook, xs)
+    model2, _ = _ef_model_steps()
+    gstate, ghook = get_hook("gift_fp8", model=model2, layers=[], reselect_every=None, euclidean_error_feedback=True,
+                             measure_error=True)
+    flagged = _run_buckets(model2, gstate, ghook, xs)
+    assert all(torch.equal(a, b) for a, b in zip(wrapped, flagged))
+    for a, b in zip(state.history, gstate.history):
+        assert (a.err_sq, a.sent_err_sq, a.euclid_err_sq, a.ref_sq) == (b.err_sq, b.sent_err_sq, b.euclid_err_sq, b.ref_sq)
+        assert a.payload_bytes == b.payload_bytes and a.err_sq > 0
+    assert all(a.sent_err_sq != a.err_sq for a in list(state.history)[1:])  # the residual is in what was sent
+    for n, res in state.error_feedback.residuals.items():
+        assert torch.equal(res, gstate.error_feedback.residuals[n])
+    assert state.summary()["steps"] == len(xs)  # accounting read through the wrapper states
+
+
+def test_wrappers_refuse_gift_a_wrong_state_and_a_non_float32_bucket():
+    model = Tiny()
+    gstate, _ = get_hook("gift_fp8", model=model)
+    with pytest.raises(HookError, match="cannot wrap GIFT"):
+        ErrorFeedbackState(gstate)
+    with pytest.raises(HookError, match="CodecHookState"):
+        MeasureErrorState(CommHookState())
+    lin = _linear_with_grad()
+    with pytest.raises(HookError, match="ErrorFeedbackState"):
+        error_feedback_wrapper(codec_hook)(CodecHookState("fp8_e4m3"), FakeBucket([lin.weight]))
+    state = ErrorFeedbackState(CodecHookState("fp8_e4m3"))
+    with pytest.raises(HookError, match="float32"):
+        error_feedback_wrapper(codec_hook)(state, FakeBucket([lin.weight], grads=[lin.weight.grad.to(torch.bfloat16)]))
+    with pytest.raises(HookError, match="unexpected keyword"):
+        get_hook("fp8", error_feedback=True)  # "fp8_ef" is that
 
 
 def test_fp32_hook_and_bucket_layout():
@@ -707,6 +810,8 @@ _RUNS = {  # name -> (hook, kwargs, DDP kwargs)
     "fp8_e5m2_b16": ("fp8", {"fmt": "e5m2", "block_size": 16}, {}),
     "fp8_ef": ("fp8_ef", {}, {}),
     "nvfp4": ("nvfp4", {}, {}),
+    # error feedback and measurement as wrappers, compensating DDP's bucket in place (the gradients' own storage)
+    "nvfp4_ef": ("nvfp4", {"error_feedback": True, "measure_error": True}, {"gradient_as_bucket_view": True}),
     "gift_fp8": ("gift_fp8", dict(_GIFT, measure_error=True), {}),
     "gift_fp8_views": ("gift_fp8", dict(_GIFT, fmt="e5m2", select_by="gain", euclidean_error_feedback=True),
                        {"gradient_as_bucket_view": True}),
@@ -776,11 +881,13 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
             assert torch.equal(a, b), run  # replicas bit-identical
     for a, b in zip(r0["fp32"]["params"], r0["default"]["params"]):
         assert torch.equal(a, b)  # our fp32 hook == DDP's own allreduce, bit for bit
-    for run in ("fp8", "fp8_e5m2_b16", "fp8_ef", "nvfp4", "gift_fp8", "gift_fp8_views", "gift_nvfp4", "gift_fp8_rank0"):
+    for run in ("fp8", "fp8_e5m2_b16", "fp8_ef", "nvfp4", "nvfp4_ef", "gift_fp8", "gift_fp8_views", "gift_nvfp4",
+                "gift_fp8_rank0"):
         drift = max(float((a - b).abs().max()) for a, b in zip(r0[run]["params"], r0["default"]["params"]))
         assert 0 < drift < 0.05, (run, drift)  # low precision changed something, and not much
 
     codecs = {"fp32": "fp32", "fp8": "fp8_e4m3", "fp8_e5m2_b16": "fp8_e5m2_b16", "fp8_ef": "fp8_e4m3", "nvfp4": "nvfp4",
+              "nvfp4_ef": "nvfp4",
               "gift_fp8": "fp8_e4m3", "gift_fp8_views": "fp8_e5m2", "gift_nvfp4": "nvfp4", "gift_fp8_rank0": "fp8_e4m3"}
     for run, codec_name in codecs.items():
         codec = get_codec(codec_name)
@@ -792,6 +899,9 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
             assert max(r["buckets"] for r in recs) >= 2, run  # really several buckets (after DDP's rebuild)
             if not run.startswith("gift"):
                 assert all(r["extra_bytes"] == 0 for r in recs)
+            if run == "nvfp4_ef":  # measured, with the residual in what was sent from the second step on
+                assert all(r["rel_error"] > 0 for r in recs)
+                assert all(r["sent_rel_error"] != r["rel_error"] for r in recs[1:])
 
     # GIFT: side collectives counted exactly; the same selections on both ranks
     dims = {"0": 17, "2": 33, "4": 33}  # in_features + 1: each bias is whitened with its weight

@@ -32,18 +32,23 @@ from lab.training.comm.hooks import (
     CodecHookState,
     CommHookState,
     ErrorFeedback,
+    ErrorFeedbackState,
     GiftHookState,
+    MeasureErrorState,
     StepRecord,
     codec_hook,
+    error_feedback_wrapper,
     fp32_hook,
     get_hook,
     gift_hook,
+    measure_error_wrapper,
 )
 
 __all__ = [
     "CODECS", "BF16Codec", "Codec", "Float32Codec", "FP8Codec", "NVFP4Codec", "get_codec",
     "CovarianceEMA", "CovarianceTracker", "GiftConfig", "KroneckerWhitening", "LayerSelector", "RefreshSchedule",
     "Whitening",
-    "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "GiftHookState", "StepRecord",
-    "codec_hook", "fp32_hook", "get_hook", "gift_hook",
+    "HOOKS", "CodecHookState", "CommHookState", "ErrorFeedback", "ErrorFeedbackState", "GiftHookState",
+    "MeasureErrorState", "StepRecord", "codec_hook", "error_feedback_wrapper", "fp32_hook", "get_hook", "gift_hook",
+    "measure_error_wrapper",
 ]

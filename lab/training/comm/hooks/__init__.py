@@ -23,7 +23,8 @@ Hooks (:data:`HOOKS`, :func:`get_hook`)
     as ``uint8``); every rank decodes all ranks' payloads, sums them in rank order 0..W-1 in float32 and
     divides by W, so all replicas get bit-identical gradients. ``"fp8_ef"`` adds error feedback
     (Seide et al. 2014; Karimireddy et al. 2019): ``x = g + r; send Q(x); r <- x - Q(x)``, per
-    parameter, local to the rank. ``"nvfp4"`` takes ``error_feedback=True`` too.
+    parameter, local to the rank, as a hook wrapping the codec hook (:func:`error_feedback_wrapper`, like
+    torch's ``fp16_compress_wrapper``). ``"nvfp4"`` and ``"bf16"`` take ``error_feedback=True`` too.
 ``"gift_fp8"``, ``"gift_nvfp4"``
     GIFT (:mod:`lab.training.comm.gift`; arXiv 2607.07494, Algorithm 1): the selected ``nn.Linear``
     weights are sent as ``Q(B^{-1/2} G A^{-1/2} + R)`` (the two-sided form, Eq. 14-17, ``output_side=True``;
@@ -65,7 +66,8 @@ errors (:class:`~lab.training.errors.NonFiniteError` for NaN/inf gradients with 
 propagate from the hook.
 
 Modules: :mod:`~lab.training.comm.hooks.base` (accounting, :class:`CommHookState`, the fp32 hook),
-:mod:`~lab.training.comm.hooks.codec` (Euclidean codecs), :mod:`~lab.training.comm.hooks.gift` (GIFT);
+:mod:`~lab.training.comm.hooks.codec` (Euclidean codecs), :mod:`~lab.training.comm.hooks.wrappers` (error
+feedback and error measurement wrapping a codec hook), :mod:`~lab.training.comm.hooks.gift` (GIFT);
 everything public is importable from this package.
 """
 
@@ -76,6 +78,13 @@ from collections.abc import Callable
 from lab.training.comm.hooks.base import CommHookState, ErrorFeedback, StepRecord, Transform, bucket_layout, fp32_hook
 from lab.training.comm.hooks.codec import CodecHookState, codec_hook
 from lab.training.comm.hooks.gift import GiftHookState, gift_hook
+from lab.training.comm.hooks.wrappers import (
+    ErrorFeedbackState,
+    MeasureErrorState,
+    WrappedHookState,
+    error_feedback_wrapper,
+    measure_error_wrapper,
+)
 from lab.training.errors import GiftError, HookError
 
 __all__ = [
@@ -83,14 +92,19 @@ __all__ = [
     "CodecHookState",
     "CommHookState",
     "ErrorFeedback",
+    "ErrorFeedbackState",
     "GiftHookState",
+    "MeasureErrorState",
     "StepRecord",
     "Transform",
+    "WrappedHookState",
     "bucket_layout",
     "codec_hook",
+    "error_feedback_wrapper",
     "fp32_hook",
     "get_hook",
     "gift_hook",
+    "measure_error_wrapper",
 ]
 
 #: Names :func:`get_hook` knows.
@@ -113,9 +127,13 @@ def get_hook(name: str, **kw) -> tuple[CommHookState, Callable]:
         One of :data:`HOOKS`: ``"fp32"``, ``"bf16"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``.
     **kw
         ``fmt`` (``"e4m3"`` default, ``"e5m2"``) and ``block_size`` for the FP8 hooks; ``error_feedback``
-        for ``"nvfp4"``; ``model`` (required) and the other :class:`GiftHookState` parameters for GIFT;
-        ``process_group``, ``model``, ``measure_error``, ``history``, ``nonfinite`` for all codec hooks
-        (``"fp32"`` takes ``process_group``, ``model``, ``history``).
+        for ``"nvfp4"`` and ``"bf16"`` (``"fp8_ef"`` is ``"fp8"`` with it); ``model`` (required) and the
+        other :class:`GiftHookState` parameters for GIFT; ``process_group``, ``model``, ``measure_error``,
+        ``history``, ``nonfinite`` for all codec hooks (``"fp32"`` takes ``process_group``, ``model``,
+        ``history``). On the Euclidean hooks ``error_feedback`` and ``measure_error`` wrap the codec hook
+        (:func:`error_feedback_wrapper`, then :func:`measure_error_wrapper` outside it; the state is an
+        :class:`ErrorFeedbackState` / :class:`MeasureErrorState` around the :class:`CodecHookState`); GIFT
+        keeps both inside its state (see :mod:`lab.training.comm.hooks.wrappers`).
 
     Raises
     ------
@@ -125,13 +143,19 @@ def get_hook(name: str, **kw) -> tuple[CommHookState, Callable]:
     try:
         if name == "fp32":
             return CommHookState(**kw), fp32_hook
-        if name in ("fp8", "fp8_ef"):
-            codec = _fp8_name(kw.pop("fmt", "e4m3"), kw.pop("block_size", None))
-            return CodecHookState(codec, error_feedback=(name == "fp8_ef"), **kw), codec_hook
-        if name == "nvfp4":
-            return CodecHookState("nvfp4", **kw), codec_hook
-        if name == "bf16":
-            return CodecHookState("bf16", **kw), codec_hook
+        if name in ("fp8", "fp8_ef", "nvfp4", "bf16"):
+            if name in ("fp8", "fp8_ef"):
+                codec = _fp8_name(kw.pop("fmt", "e4m3"), kw.pop("block_size", None))
+            else:
+                codec = name
+            ef = name == "fp8_ef" or (name in ("nvfp4", "bf16") and bool(kw.pop("error_feedback", False)))
+            measure = kw.pop("measure_error", False)
+            state, hook = CodecHookState(codec, **kw), codec_hook
+            if ef:
+                state, hook = ErrorFeedbackState(state), error_feedback_wrapper(hook)
+            if measure:  # outside the error feedback: measured against the uncompensated gradient
+                state, hook = MeasureErrorState(state), measure_error_wrapper(hook)
+            return state, hook
         if name in ("gift_fp8", "gift_nvfp4"):
             if "model" not in kw:
                 raise GiftError(f"{name} needs model=... (the module whose nn.Linear layers GIFT whitens)")

@@ -1,10 +1,11 @@
 """The Euclidean low-precision hook: :class:`CodecHookState` and :func:`codec_hook` (FP8 / NVFP4 / bf16 per
-parameter tensor, optional error feedback). See :mod:`lab.training.comm.hooks`."""
+parameter tensor; error feedback and error measurement wrap it: :mod:`lab.training.comm.hooks.wrappers`).
+See :mod:`lab.training.comm.hooks`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
@@ -19,13 +20,35 @@ from lab.training.comm.hooks.base import (
     Transform,
     _all_gather_single,
     _completed,
-    _cpu,
     _norm_sq,
     _rel,
     bucket_layout,
 )
 
-__all__ = ["CodecHookState", "codec_hook"]
+__all__ = ["CodecHookState", "Encoded", "codec_hook"]
+
+
+class Encoded:
+    """One parameter's Euclidean payload as the codec hook produced it (what a tap receives).
+
+    Attributes
+    ----------
+    name : str
+        The parameter's name (:meth:`CommHookState.param_name`).
+    x : Tensor
+        The flat float32 tensor that was encoded (the bucket's gradient, after any compensation).
+    payload : Tensor
+        The codec's ``uint8`` payload of ``x``.
+    codec : Codec
+    """
+
+    def __init__(self, codec: Codec, name: str, x: Tensor, payload: Tensor):
+        self.codec, self.name, self.x, self.payload = codec, name, x, payload
+
+    @cached_property
+    def sent(self) -> Tensor:
+        """``codec.decode(payload)``: flat float32, what this rank contributes (decoded once, shared)."""
+        return self.codec.decode(self.payload, self.x.numel())
 
 
 @dataclass(frozen=True)
@@ -47,12 +70,14 @@ class CodecHookState(CommHookState):
     codec : str or Codec
         A :func:`~lab.training.comm.codecs.get_codec` name (``"fp8_e4m3"``, ``"fp8_e5m2_b128"``,
         ``"nvfp4"``, ...) or a codec instance.
-    error_feedback : bool
-        Keep a per-parameter residual (``"fp8_ef"``).
     nonfinite : {"raise", "propagate"}
         Passed to the codec when ``codec`` is a name.
-    process_group, model, measure_error, history
+    process_group, model, history
         See :class:`CommHookState`.
+
+    Error feedback (``"fp8_ef"``) and error measurement are hooks that wrap this one
+    (:mod:`lab.training.comm.hooks.wrappers`); they see each parameter's payload through the taps this
+    state calls (:attr:`_taps`, registered for one hook call).
 
     Raises
     ------
@@ -62,27 +87,17 @@ class CodecHookState(CommHookState):
         Unknown codec name.
     """
 
-    def __init__(self, codec: str | Codec = "fp8_e4m3", *, error_feedback: bool = False, nonfinite: str = "raise",
-                 process_group=None, model: nn.Module | None = None, measure_error: bool = False,
-                 history: int | None = None):
-        super().__init__(process_group, model=model, measure_error=measure_error, history=history)
+    def __init__(self, codec: str | Codec = "fp8_e4m3", *, nonfinite: str = "raise",
+                 process_group=None, model: nn.Module | None = None, history: int | None = None):
+        super().__init__(process_group, model=model, history=history)
         codec = get_codec(codec, nonfinite=nonfinite) if isinstance(codec, str) else codec
         if not isinstance(codec, Codec):
             raise HookError(f"codec must be a codec name or a Codec, got {type(codec).__name__}")
         if isinstance(codec, Float32Codec):
             raise HookError("the fp32 codec does not need a gather; use get_hook('fp32') (one all_reduce)")
         self.codec = codec
-        self.error_feedback = ErrorFeedback() if error_feedback else None
-
-    def state_dict(self) -> dict:
-        d = super().state_dict()
-        d["error_feedback"] = _cpu(self.error_feedback.residuals) if self.error_feedback is not None else None
-        return d
-
-    def load_state_dict(self, state: Mapping) -> None:
-        super().load_state_dict(state)
-        if self.error_feedback is not None:
-            self.error_feedback.residuals = dict(state.get("error_feedback") or {})
+        #: ``tap(record, Encoded)`` callables the wrappers register for one hook call (see :mod:`.wrappers`)
+        self._taps: list = []
 
     # encode side (hook body) -------------------------------------------------------------------
 
@@ -111,11 +126,11 @@ class CodecHookState(CommHookState):
         """Payload of one parameter's gradient ``g`` (a view of the bucket, shape of ``p``) and the
         whitening to undo after the average (None: Euclidean)."""
         g32 = g.reshape(-1).to(torch.float32)
-        ef = self.error_feedback
-        payload, sent = self._quantize_plain(name, g32, ef, self.measure_error)
-        if self.measure_error:
-            one = sent if ef is None else self.codec.decode(self.codec.encode(g32, name=name), g32.numel())
-            self._record(rec, name, g32, one, sent, one, "euclid")
+        payload = self.codec.encode(g32, name=name)
+        if self._taps:
+            enc = Encoded(self.codec, name, g32, payload)
+            for tap in self._taps:
+                tap(rec, enc)
         return payload, None
 
     def _encode_bucket(self, bucket, rec: StepRecord) -> tuple[Tensor, list[_Segment]]:

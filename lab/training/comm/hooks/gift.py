@@ -214,8 +214,12 @@ class GiftHookState(CodecHookState):
         cfg = config if config is not None else GiftConfig.build(**settings)
         #: the validated, frozen settings (:class:`~lab.training.comm.gift.GiftConfig`)
         self.config = cfg
-        super().__init__(codec, error_feedback=cfg.euclidean_error_feedback, nonfinite=nonfinite,
-                         process_group=process_group, model=model, measure_error=measure_error, history=history)
+        super().__init__(codec, nonfinite=nonfinite, process_group=process_group, model=model, history=history)
+        # GIFT's own measurement and Euclidean-path error feedback (not the wrappers of .wrappers: the layer
+        # statistics feed the selection, and residuals move between the two paths when it changes)
+        self.measure_error = bool(measure_error)
+        #: Euclidean-path residuals (``euclidean_error_feedback``), keyed by parameter name
+        self.error_feedback = ErrorFeedback() if cfg.euclidean_error_feedback else None
         layers, include, exclude, embeddings, bias = cfg.layers, cfg.include, cfg.exclude, cfg.embeddings, cfg.bias
         output_side, output_side_max = cfg.output_side, cfg.output_side_max
         #: when factors are rebuilt, and the covariance EMAs (input / right-hand side, output / left-hand side)
@@ -315,6 +319,7 @@ class GiftHookState(CodecHookState):
         window, and the covariance sums collected since the last refresh."""
         d = super().state_dict()
         d.update({
+            "error_feedback": _cpu(self.error_feedback.residuals) if self.error_feedback is not None else None,
             "cov": _cpu(self._cov),
             "whitening": {n: (w.to_flat().cpu(), w.dim, w.rank) for n, w in self.whitening.items()},
             "last_refresh": dict(self._last_refresh),
@@ -386,6 +391,8 @@ class GiftHookState(CodecHookState):
             raise HookError(f"GIFT hook state_dict lacks {exc}") from None
         super().load_state_dict(state)
         try:
+            if self.error_feedback is not None:
+                self.error_feedback.residuals = dict(state.get("error_feedback") or {})
             self._ema_in.cov = dict(state["cov"])
             self.whitening = {n: Whitening.from_flat(f, dim, k) for n, (f, dim, k) in state["whitening"].items()}
             self._ema_in.last = dict(state["last_refresh"])
@@ -670,7 +677,13 @@ class GiftHookState(CodecHookState):
     def _encode_param(self, name: str, p: Tensor, g: Tensor, rec: StepRecord) -> tuple[Tensor, Transform | None]:
         layer = self._weight_layer.get(id(p))
         if layer is None or g.dim() != 2 or layer in self._layer_bias:  # the last: bias in another bucket
-            return super()._encode_param(name, p, g, rec)
+            g32 = g.reshape(-1).to(torch.float32)  # Euclidean path (LayerNorm, a split layer)
+            ef = self.error_feedback
+            payload, sent = self._quantize_plain(name, g32, ef, self.measure_error)
+            if self.measure_error:
+                one = sent if ef is None else self.codec.decode(self.codec.encode(g32, name=name), g32.numel())
+                self._record(rec, name, g32, one, sent, one, "euclid")
+            return payload, None
         payload, _, whitening = self._encode_layer(layer, g, None, rec)
         return payload, whitening
 
