@@ -1048,7 +1048,7 @@ def test_train_config_docstring_names_only_hooks_that_exist():
     from lab.training.run import TrainConfig
 
     doc = TrainConfig.__doc__
-    entry = doc[doc.index("    comm : str"):doc.index("    comm_kwargs")]
+    entry = doc[doc.index("    comm : Fp32Comm"):doc.index("    seed : int")]
     named = re.findall(r'``"([a-z0-9_]+)"``', entry)
     assert named and set(named) <= set(HOOKS), set(named) - set(HOOKS)
 

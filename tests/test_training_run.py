@@ -111,16 +111,16 @@ def test_comm_hook_resolution(tmp_path):
     model = GPT(GPTConfig.tiny(85))
     state, hook, builtin = _resolve_hook(tiny_config(tmp_path), model)
     assert callable(hook) and not builtin  # lab.training.comm.hooks is there
-    with pytest.raises(RunConfigError, match="comm method 'nope'"):
-        _resolve_hook(tiny_config(tmp_path, comm="nope"), model)
+    with pytest.raises(ValidationError, match="'nope' found using 'hook' does not match"):  # typed comm (#23)
+        tiny_config(tmp_path, comm="nope")
     # fp32 is lab.training.comm.hooks.fp32_hook (no second copy in run.py); a codec name is not a hook name
     state, hook, builtin = _resolve_hook(tiny_config(tmp_path), model)
     assert hook is fp32_hook and not builtin and state is not None
     import lab.training.run as run_module
 
     assert not hasattr(run_module, "fp32_allreduce_hook")
-    with pytest.raises(RunConfigError, match="comm method 'fp8_e4m3'"):
-        _resolve_hook(tiny_config(tmp_path, comm="fp8_e4m3"), model)
+    with pytest.raises(ValidationError, match="'fp8_e4m3' found using 'hook' does not match"):
+        tiny_config(tmp_path, comm="fp8_e4m3")
 
 
 # ---------------------------------------------------------------------------------------------- in-process runs

@@ -97,8 +97,10 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic_core import to_jsonable_python
 
+from lab.training.config import AdamWOptimizer, CommSpec, Fp32Comm, OptimizerSpec
 from lab.training.data import VALIDATION_PLAYS, BatchSampler, CharTokenizer, TextCorpus
 from lab.training.errors import CheckpointError, RunConfigError, RunInterrupted, TrainingError
 from lab.training.model import GPT, GPTConfig
@@ -146,17 +148,21 @@ class TrainConfig(BaseModel):
     lr, min_lr_ratio, warmup_steps, schedule
         Peak learning rate; ``"cosine"``: linear warm-up over ``warmup_steps`` then cosine decay to
         ``lr * min_lr_ratio`` at ``steps``; ``"constant"``: warm-up then constant (:func:`lr_at`).
-    optimizer : {"adamw", "adams", "scape"}
-    optimizer_kwargs : dict
-        Passed to the optimizer (``betas``, ``eps``; SCAPE's ``sparsity``, ``error_feedback``, ...);
-        ``lr`` and ``weight_decay`` are fields of their own and refused here.
+    optimizer : AdamWOptimizer, AdamSOptimizer or ScapeOptimizer
+        The optimizer and its settings, a discriminated union on ``name`` (:mod:`lab.training.config`):
+        ``"adamw"`` (``betas``, ``eps``, ``amsgrad``), ``"adams"``, ``"scape"`` (AdamS's and a
+        :class:`~lab.training.optim.scape.ScapeConfig`: ``sparsity``, ``error_feedback``, ...).
+        Also given the earlier way, a name plus ``optimizer_kwargs={...}`` (flat keywords; ``lr`` and
+        ``weight_decay`` are fields of their own and refused there), which is also how it is written to
+        JSON (so earlier config files and checkpoints still load); :attr:`optimizer_kwargs` reads it back.
     weight_decay : float
         Decoupled weight decay on matrices (Linear weights, embeddings); none on biases and LayerNorms.
-    comm : str
-        DDP comm hook name, one of :data:`lab.training.comm.hooks.HOOKS` (``"fp32"``, ``"fp8"``,
-        ``"fp8_ef"``, ``"nvfp4"``, ``"gift_fp8"``, ``"gift_nvfp4"``); must be ``"fp32"`` with SCAPE (unused there).
-    comm_kwargs : dict
-        Passed to ``get_hook``.
+    comm : Fp32Comm, CodecComm or GiftComm
+        The DDP comm hook and its settings, a discriminated union on ``hook``, one of
+        :data:`lab.training.comm.hooks.HOOKS` (``"fp32"``, ``"bf16"``, ``"fp8"``, ``"fp8_ef"``, ``"nvfp4"``,
+        ``"gift_fp8"``, ``"gift_nvfp4"``; GIFT's settings a :class:`~lab.training.comm.gift.GiftConfig`);
+        must be ``"fp32"`` with SCAPE (unused there). Also given as a name plus ``comm_kwargs={...}``
+        (the keywords of ``get_hook``), the JSON form; :attr:`comm_kwargs` reads it back.
     seed : int
         Model initialization, batch order, dropout, SCAPE's exploration.
     eval_interval, eval_batches : int
@@ -191,11 +197,9 @@ class TrainConfig(BaseModel):
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     warmup_steps: int = Field(default=20, ge=0)
     schedule: Literal["cosine", "constant"] = "cosine"
-    optimizer: Literal["adamw", "adams", "scape"] = "adamw"
-    optimizer_kwargs: dict[str, Any] = Field(default_factory=dict)
+    optimizer: OptimizerSpec = Field(default_factory=AdamWOptimizer)
     weight_decay: float = Field(default=0.1, ge=0)
-    comm: str = "fp32"
-    comm_kwargs: dict[str, Any] = Field(default_factory=dict)
+    comm: CommSpec = Field(default_factory=Fp32Comm)
     seed: int = Field(default=0, ge=0)
     eval_interval: int = Field(default=50, ge=0)
     eval_batches: int = Field(default=8, ge=1)
@@ -208,14 +212,62 @@ class TrainConfig(BaseModel):
     tensorboard: bool = True
     timeout_s: float = Field(default=600.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _by_name(cls, data: Any) -> Any:
+        """The earlier form: ``optimizer="adams", optimizer_kwargs={...}``, ``comm="fp8", comm_kwargs={...}``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name, tag, default in (("optimizer", "name", "adamw"), ("comm", "hook", "fp32")):
+            extra = data.pop(f"{name}_kwargs", None)
+            value = data.get(name, default)
+            if isinstance(value, str):
+                kw = dict(extra or {})
+                if name == "optimizer":
+                    for key in ("lr", "weight_decay", "params"):
+                        if key in kw:
+                            raise ValueError(f"optimizer_kwargs must not hold {key!r}: it is a field of TrainConfig (or set by the run)")
+                if tag in kw:
+                    raise ValueError(f"{name}_kwargs must not hold {tag!r}")
+                data[name] = {**kw, tag: value}
+            elif extra:
+                raise ValueError(f"{name}_kwargs goes with {name} given by name, not with a {type(value).__name__}")
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        for key in ("lr", "weight_decay", "params"):
-            if key in self.optimizer_kwargs:
-                raise ValueError(f"optimizer_kwargs must not hold {key!r}: it is a field of TrainConfig (or set by the run)")
-        if self.optimizer == "scape" and self.comm != "fp32":
-            raise ValueError(f"optimizer 'scape' does its own (sparse) collective; comm must be 'fp32' (unused), got {self.comm!r}")
+        if self.optimizer.name == "scape" and self.comm.hook != "fp32":
+            raise ValueError(f"optimizer 'scape' does its own (sparse) collective; comm must be 'fp32' (unused), got {self.comm.hook!r}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any, info: Any) -> Any:
+        """Written the earlier way (``optimizer`` / ``comm`` names plus flat ``*_kwargs``), which every
+        reader of run configs (the monitor's run table, checkpoint fingerprints) knows."""
+        out = handler(self)
+        if not isinstance(out, dict):
+            return out
+        for name, tag in (("optimizer", "name"), ("comm", "hook")):
+            spec = getattr(self, name)
+            kw = spec.kwargs()
+            if getattr(info, "mode", "python") == "json":
+                kw = to_jsonable_python(kw)
+            items = list(out.items())
+            i = [k for k, _ in items].index(name)
+            items[i:i + 1] = [(name, getattr(spec, tag)), (f"{name}_kwargs", kw)]
+            out = dict(items)
+        return out
+
+    @property
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """The optimizer's settings given, flat (``self.optimizer.kwargs()``; the earlier field)."""
+        return self.optimizer.kwargs()
+
+    @property
+    def comm_kwargs(self) -> dict[str, Any]:
+        """The comm hook's settings given, flat (``self.comm.kwargs()``; the earlier field)."""
+        return self.comm.kwargs()
 
     @property
     def resolved_run_id(self) -> str:
@@ -322,11 +374,13 @@ def _resolve_hook(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, Any
     ``fp32_hook`` is the fp32 all-reduce: there is no second copy here, so ``builtin`` is always False)."""
     from lab.training.comm.hooks import get_hook
 
-    kwargs = {"history": 16, **config.comm_kwargs, "model": model}
+    spec = config.comm
+    given = spec.hook_kwargs() if hasattr(spec, "hook_kwargs") else spec.kwargs()
+    kwargs = {"history": 16, **given, "model": model}
     try:
-        made = get_hook(config.comm, **kwargs)
+        made = get_hook(spec.hook, **kwargs)
     except TrainingError as exc:
-        raise RunConfigError(f"comm method {config.comm!r} with {config.comm_kwargs}: {exc}") from exc
+        raise RunConfigError(f"comm method {spec.hook!r} with {config.comm_kwargs}: {exc}") from exc
     if isinstance(made, tuple) and len(made) == 2:
         return made[0], made[1], False
     return None, made, False
@@ -351,20 +405,19 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
 
 def _make_optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     groups = _param_groups(model, config.weight_decay)
-    kwargs = dict(config.optimizer_kwargs)
+    spec = config.optimizer
     try:
-        if config.optimizer == "adamw":
-            return torch.optim.AdamW(groups, lr=config.lr, **kwargs)
-        if config.optimizer == "adams":
+        if spec.name == "adamw":
+            return torch.optim.AdamW(groups, lr=config.lr, **spec.kwargs())
+        if spec.name == "adams":
             from lab.training.optim import AdamS
 
-            return AdamS(groups, lr=config.lr, **kwargs)
+            return AdamS(groups, lr=config.lr, **spec.kwargs())
         from lab.training.optim import SCAPE
 
-        kwargs.setdefault("seed", config.seed)
-        return SCAPE(groups, lr=config.lr, **kwargs)
+        return SCAPE(groups, lr=config.lr, **spec.optimizer_kwargs(config.seed))
     except TypeError as exc:
-        raise RunConfigError(f"optimizer {config.optimizer!r}: bad optimizer_kwargs {config.optimizer_kwargs}: {exc}") from None
+        raise RunConfigError(f"optimizer {spec.name!r}: bad optimizer_kwargs {config.optimizer_kwargs}: {exc}") from None
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -395,8 +448,8 @@ def _complete_checkpoints(config: TrainConfig) -> list[tuple[int, Path]]:
 
 def _fingerprint(config: TrainConfig, model_cfg: GPTConfig) -> dict[str, Any]:
     """What a checkpoint must agree on to be resumed from."""
-    return {"model": model_cfg.model_dump(), "optimizer": config.optimizer, "optimizer_kwargs": config.optimizer_kwargs,
-            "comm": config.comm, "comm_kwargs": config.comm_kwargs, "seed": config.seed, "batch_size": config.batch_size,
+    return {"model": model_cfg.model_dump(), "optimizer": config.optimizer.name, "optimizer_kwargs": config.optimizer_kwargs,
+            "comm": config.comm.hook, "comm_kwargs": config.comm_kwargs, "seed": config.seed, "batch_size": config.batch_size,
             "val_plays": sorted(config.val_plays)}
 
 
@@ -655,7 +708,7 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
         model = GPT(model_cfg).to(device)
         n_params = model.num_parameters()
         optimizer = _make_optimizer(config, model)
-        scape = config.optimizer == "scape"
+        scape = config.optimizer.name == "scape"
         hook_state, hook, timed, builtin = None, None, None, False
         net: torch.nn.Module = model
         if world_size > 1 and not scape:
@@ -673,7 +726,7 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
                 config=json.loads(config.model_dump_json()), world_size=world_size, n_params=n_params,
                 vocab_size=model_cfg.vocab_size, device=str(device), backend=dist.get_backend() if dist.is_initialized() else None,
                 start_step=start, run_dir=str(run.run_dir), tensorboard_dir=str(run.run_dir / "tb") if config.tensorboard else None,
-                comm="scape" if scape else config.comm, builtin_hook=builtin,
+                comm="scape" if scape else config.comm.hook, builtin_hook=builtin,
             )
         dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         tokens_per_step = world_size * config.batch_size * model_cfg.block_size
