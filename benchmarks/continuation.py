@@ -8,10 +8,14 @@ Two parts (each can be run alone; the output file keeps the other part's keys an
 Slurm forgets ended jobs at its next purge). For each job count (default 100, 500, 2,000),
 the jobs are spread over the sites; each ``sleep``\\ s until one of a few common targets
 (waves two seconds apart, so hundreds finish in the same second) and prints
-``date +%s.%N`` last. A :class:`~lab.hpc.continuation.ContinuationService` (one thread, its
-Slurm calls counted) and a :class:`~lab.hpc.continuation.Continuations` resumer (another
-thread, another database connection) run as in a deployment. Each job has a continuation;
-latency = resume time minus the job's own end stamp. 5% of the jobs are watched only after
+``date +%s.%N`` last. The continuation service runs as deployed, its own process
+(``python -m lab.hpc.continuation serve``, poll 0.2 s, queue samples every 5 s, one query per
+site per second), with each Slurm client tool it runs behind a shim on its PATH that logs the
+call's start, end and kind; a :class:`~lab.hpc.continuation.Continuations` resumer runs as in
+the agent's kernel (a thread of the benchmark's process, its own database connection). Each job
+has a continuation; latency = resume time minus the job's own end stamp, split into the stamp ->
+the job's completion record in the jobcomp file (Slurm; polled every 50 ms) -> the event written
+(service) -> the handler run (resumer). 5% of the jobs are watched only after
 they ended *and* squeue forgot them (``squeue -j`` no longer lists them): like jobs that left
 squeue between two polls (a stalled or restarted service), they must be found in the
 completion file; their latency counts from the moment they are watched.
@@ -29,8 +33,9 @@ queue sample (:meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.queue`, whole queu
 design, taken every ``queue_every_s``; one ``squeue -O`` listing since the sample's ``--json``
 was found to block the job polls).
 
-The naive floor for latency is the poll interval itself (1 s per site): a job's end is seen
-at the next poll, so p50 >= ~0.5 s whatever the implementation.
+The naive floor for latency is one poll per site per second: a job's end seen at the site's next
+``squeue``, so p50 >= ~0.5 s. The service reads the completion records every poll instead (no
+controller call), so an end is seen within a poll of Slurm recording it.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -52,7 +59,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks._common import write
-from lab.hpc.continuation import ContinuationService, Continuations, job_key
+from lab.hpc.continuation import Continuations, job_key
 from lab.hpc.testbed import Testbed
 
 SITES = ["alpha", "beta", "gamma", "delta"]
@@ -77,37 +84,93 @@ def _sbatch(conf: Path, script: str, *, user: str | None = None, hold: bool = Fa
     return r.stdout.strip().split(";")[0]
 
 
-def _count_calls(sched, log: list):
-    """Wrap a SlurmScheduler's command runner to record (start time, command, seconds it took, what) of
-    each call; what: ``poll`` (squeue for the watched ids), ``sample`` (the whole-queue squeue), else the command."""
-    inner = sched._run
+# Each Slurm client call the service makes goes through a shim on its PATH that logs when its process was
+# forked (the kernel's start time in clock ticks, /proc/self/stat field 22: the moment the client issued it,
+# unaffected by how long the shell then waited for a CPU), when the shell started and ended it (bash's
+# $EPOCHREALTIME: no extra process), the site (SLURM_CONF) and what it was, then runs the real tool.
+_SHIM = """#!/bin/bash
+s=$EPOCHREALTIME
+read -r -a st < /proc/$$/stat
+{real} "$@"
+rc=$?
+case " $* " in *" -j "*) what=poll ;; *) what=sample ;; esac
+[ {name} = squeue ] || what={name}
+[ {name} = scontrol ] && what="scontrol $1"
+echo "$s $EPOCHREALTIME ${{st[21]}} {name} $SLURM_CONF $what" >> {log}
+exit $rc
+"""
 
-    def run(argv, **kw):
-        began = time.monotonic()
-        try:
-            return inner(argv, **kw)
-        finally:
-            what = ("poll" if "-j" in argv else "sample") if argv[0] == "squeue" else " ".join(argv[:2]) if argv[0] == "scontrol" else argv[0]
-            log.append((began, argv[0], time.monotonic() - began, what))
 
-    sched._run = run
+def _shims(bin_dir: Path, log: Path) -> Path:
+    """``bin_dir`` with a logging shim for each Slurm client tool the service runs (see ``_SHIM``)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("squeue", "sacct", "sinfo", "scontrol"):
+        real = shutil.which(name)
+        if real is None:
+            continue
+        (bin_dir / name).write_text(_SHIM.format(real=real, name=name, log=log))
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _read_calls(log: Path, conf_site: dict[str, str]) -> dict[str, list]:
+    """site -> [(start, end, command, what, forked)] from the shims' log (forked: seconds since boot, to one clock tick)."""
+    calls: dict[str, list] = {s: [] for s in conf_site.values()}
+    if not log.exists():
+        return calls
+    tick = os.sysconf("SC_CLK_TCK")
+    for line in log.read_text().splitlines():
+        parts = line.split(" ", 5)
+        if len(parts) == 6 and parts[4] in conf_site:
+            calls[conf_site[parts[4]]].append((float(parts[0]), float(parts[1]), parts[3], parts[5], int(parts[2]) / tick))
+    return calls
 
 
 def _durations(calls: dict[str, list]) -> dict:
     """Per kind of call, over all sites: how many, and the median, p95 and max seconds each took."""
     by: dict[str, list[float]] = {}
     for log in calls.values():
-        for _, _, d, what in log:
-            by.setdefault(what, []).append(d)
+        for began, ended, _, what, _ in log:
+            by.setdefault(what, []).append(ended - began)
     return {k: {"n": len(v), "p50_s": round(statistics.median(v), 3), "p95_s": round(float(np.percentile(v, 95)), 3),
                 "max_s": round(max(v), 3), "total_s": round(sum(v), 1)} for k, v in sorted(by.items())}
 
 
-def _max_per_second(times: list[float]) -> int:
+class _JobcompWatch(threading.Thread):
+    """When each job's completion record appeared in its site's jobcomp file (polled every ``every_s``)."""
+
+    def __init__(self, paths: dict[str, Path], every_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.paths, self.every_s = paths, every_s
+        self.seen: dict[tuple[str, str], float] = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        offsets = dict.fromkeys(self.paths, 0)
+        while not self.stop.is_set():
+            for site, path in self.paths.items():
+                try:
+                    with path.open("rb") as fh:
+                        fh.seek(offsets[site])
+                        data = fh.read()
+                except OSError:
+                    continue
+                now = time.time()
+                cut = data.rfind(b"\n") + 1
+                offsets[site] += cut
+                for raw in data[:cut].splitlines():
+                    if raw.startswith(b"JobId="):
+                        self.seen.setdefault((site, raw[6:].split(b" ", 1)[0].decode()), now)
+            self.stop.wait(self.every_s)
+
+
+def _max_per_second(times: list[float], resolution: float = 0.0) -> int:
+    """Most of ``times`` (seconds) in any window of one second; times known to ``resolution`` seconds
+    (two calls a clock tick short of a second apart may have been a second apart)."""
     times = sorted(times)
     best, j = 0, 0
     for i, t in enumerate(times):
-        while times[j] <= t - 1.0:
+        while times[j] <= t - 1.0 + resolution:
             j += 1
         best = max(best, i - j + 1)
     return best
@@ -133,34 +196,26 @@ def _p95_ci(values: list[float], seed: int = 0) -> list[float]:
     return [round(float(np.percentile(boots, 2.5)), 3), round(float(np.percentile(boots, 97.5)), 3)]
 
 
-def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float = 0.05, wave_s: float = 2.0) -> dict:
+def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float = 0.05, wave_s: float = 2.0,
+              poll_s: float = 0.2, queue_every_s: float = 5.0) -> dict:
     db = work / f"scale-{n_jobs}.db"
     out_dir = work / f"out-{n_jobs}"
     for s in sites:
         (out_dir / s.name).mkdir(parents=True)
-    calls: dict[str, list] = {s.name: [] for s in sites}
-    scheds = {}
-    for s in sites:
-        sched = s.scheduler()
-        _count_calls(sched, calls[s.name])
-        scheds[s.name] = sched
+    calls_log = work / f"calls-{n_jobs}.log"
+    shims = _shims(work / "shims", calls_log)
     agent = Continuations(db)
-    service = ContinuationService(db, scheds, poll_s=0.2, queue_every_s=5.0, site_min_interval_s=1.0)
+    # the service as deployed: its own process (python -m lab.hpc.continuation serve), every Slurm call through the shims
+    service = subprocess.Popen(
+        [sys.executable, "-m", "lab.hpc.continuation", "serve", "--sites", str(tb.sites_dir), "--db", str(db),
+         "--poll-s", str(poll_s), "--queue-every-s", str(queue_every_s), "--site-min-interval-s", "1"],
+        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}, stdout=subprocess.DEVNULL,
+        stderr=(work / f"service-{n_jobs}.err").open("w"), start_new_session=True)
+    # the resumer as in the agent's kernel: a thread of this process, its own database connection
     resumer = Continuations(db)
-    asks: dict[str, list[tuple[float, float]]] = {s.name: [] for s in sites}  # site -> (start, end) of each query, epoch s
-    inner_ask = service._run_ask
-
-    def timed_ask(site, ids, sample):
-        began = time.time()
-        try:
-            return inner_ask(site, ids, sample)
-        finally:
-            asks[site].append((began, time.time()))
-
-    service._run_ask = timed_ask
+    watch = _JobcompWatch({s.name: s.dir / "jobcomp.log" for s in sites})
     stop = threading.Event()
-    threads = [threading.Thread(target=service.serve, args=(stop,), daemon=True),
-               threading.Thread(target=resumer.run, args=(stop, 0.1), daemon=True)]
+    threads = [threading.Thread(target=resumer.run, args=(stop, 0.1), daemon=True), watch]
     for t in threads:
         t.start()
     loads = [os.getloadavg()[0]]  # the machine's 1-minute load average: at the start, then while the jobs end
@@ -176,46 +231,55 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         return site, _sbatch(site.conf, script), late
 
     cids = {}
-    with ThreadPoolExecutor(6) as pool:
-        for site, job_id, late in tqdm(pool.map(submit, plan), total=n_jobs, desc=f"submit {n_jobs}", leave=False):
-            jobs.append((site, job_id, late))
-            if not late:
-                agent.watch_job(site.name, job_id)
-                cids[(site.name, job_id)] = agent.register(job_key(site.name, job_id), "benchmarks.continuation:on_end")
-    submitted_by = time.time()
-    # the late jobs: wait until they ended and squeue forgot them, then watch them
-    late_jobs = [(s, j) for s, j, late in jobs if late]
-    watched_at = {}
-    deadline = time.time() + 150
-    pending_late = list(late_jobs)
-    while pending_late and time.time() < deadline:
-        time.sleep(2.0)
-        still = []
-        for s in sites:
-            ids = [j for ss, j in pending_late if ss is s]
-            listed = _listed(s, ids)
-            for j in ids:
-                if j in listed:
-                    still.append((s, j))
-                else:
-                    agent.watch_job(s.name, j)
-                    cids[(s.name, j)] = agent.register(job_key(s.name, j), "benchmarks.continuation:on_end")
-                    watched_at[(s.name, j)] = time.time()
-        pending_late = still
-    # wait for every continuation (90 s after the last job's end at most)
-    last_end_deadline = max(time.time(), t0 + wave_s * n_waves) + 90
-    while time.time() < last_end_deadline:
-        loads.append(os.getloadavg()[0])
-        if len(cids) == n_jobs and not agent.waiting():
-            break
-        time.sleep(0.5)
-    stop.set()
-    for t in threads:
-        t.join(timeout=30)
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            for site, job_id, late in tqdm(pool.map(submit, plan), total=n_jobs, desc=f"submit {n_jobs}", leave=False):
+                jobs.append((site, job_id, late))
+                if not late:
+                    agent.watch_job(site.name, job_id)
+                    cids[(site.name, job_id)] = agent.register(job_key(site.name, job_id), "benchmarks.continuation:on_end")
+        submitted_by = time.time()
+        # the late jobs: wait until they ended and squeue forgot them, then watch them
+        late_jobs = [(s, j) for s, j, late in jobs if late]
+        watched_at = {}
+        deadline = time.time() + 150
+        pending_late = list(late_jobs)
+        while pending_late and time.time() < deadline:
+            time.sleep(2.0)
+            still = []
+            for s in sites:
+                ids = [j for ss, j in pending_late if ss is s]
+                listed = _listed(s, ids)
+                for j in ids:
+                    if j in listed:
+                        still.append((s, j))
+                    else:
+                        agent.watch_job(s.name, j)
+                        cids[(s.name, j)] = agent.register(job_key(s.name, j), "benchmarks.continuation:on_end")
+                        watched_at[(s.name, j)] = time.time()
+            pending_late = still
+        # wait for every continuation (90 s after the last job's end at most)
+        last_end_deadline = max(time.time(), t0 + wave_s * n_waves) + 90
+        while time.time() < last_end_deadline:
+            loads.append(os.getloadavg()[0])
+            if len(cids) == n_jobs and agent.count("waiting") == 0:
+                break
+            time.sleep(0.5)
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+        service_err = (work / f"service-{n_jobs}.err").read_text()
+        stop.set()
+        watch.stop.set()
+        for t in threads:
+            t.join(timeout=30)
     # latencies
     lat, lat_late, lost, no_stamp = [], [], 0, 0
-    detect, resume, slurm_end = [], [], []
-    to_poll, poll_dur, to_write = [], [], []  # stamp -> start of the query that saw the end; its duration; its end -> written
+    detect, resume, slurm_end, recorded, seen_after_record = [], [], [], [], []
     resumed_events = Counter(e.payload["id"] for e in agent.log.tail(kinds=["continuation.resumed"]))
     for s, j, late in jobs:
         cid = cids.get((s.name, j))
@@ -240,19 +304,20 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         resume.append(rec.result["t"] - ev.time)  # then picked up by the resumer
         if ev.payload.get("end_time"):
             slurm_end.append(ev.payload["end_time"] + 1.0 - stamp)  # Slurm's end (whole seconds, rounded up) after the stamp
-        seen_by = [q for q in asks[s.name] if q[1] <= ev.time]
-        if seen_by:
-            q = max(seen_by, key=lambda q: q[1])  # the last query of the site to end before the event was written
-            to_poll.append(q[0] - stamp)
-            poll_dur.append(q[1] - q[0])
-            to_write.append(ev.time - q[1])
+        if (s.name, j) in watch.seen:
+            recorded.append(watch.seen[(s.name, j)] - stamp)  # its completion record in the jobcomp file (50 ms polls)
+            seen_after_record.append(ev.time - watch.seen[(s.name, j)])
     twice = sum(max(0, c - 1) for c in CALLS.values()) + sum(max(0, c - 1) for c in resumed_events.values())
-    squeue = {n: [t for t, cmd, _, _ in c if cmd == "squeue"] for n, c in calls.items()}
-    sacct = {n: [t for t, cmd, _, _ in c if cmd == "sacct"] for n, c in calls.items()}
-    service.close()
+    calls = _read_calls(calls_log, {str(s.conf): s.name for s in sites})
+    squeue = {n: [f for _, _, cmd, _, f in c if cmd == "squeue"] for n, c in calls.items()}
+    sacct = {n: [f for _, _, cmd, _, f in c if cmd == "sacct"] for n, c in calls.items()}
     agent.close()
     resumer.close()
     CALLS.clear()
+
+    def pct(v, q):
+        return round(float(np.percentile(v, q)), 3) if v else None
+
     row = {
         "jobs": n_jobs,
         "sites": len(sites),
@@ -261,33 +326,31 @@ def run_scale(tb: Testbed, sites, n_jobs: int, work: Path, *, late_share: float 
         "p95_ci95_s": _p95_ci(lat),
         "max_s": round(max(lat), 3),
         "latency_jobs": len(lat),
+        # stamp -> completion record (Slurm) -> event written (service) -> handler ran (resumer)
         "breakdown_p95_s": {
-            "seen_by_service": round(float(np.percentile(detect, 95)), 3),
-            "resumed_after_seen": round(float(np.percentile(resume, 95)), 3),
-            "slurm_end_after_stamp_upper": round(float(np.percentile(slurm_end, 95)), 3) if slurm_end else None,
-            # seen_by_service split by the query that saw the end: stamp -> its start, its duration, its end -> written
-            "until_query_start": round(float(np.percentile(to_poll, 95)), 3) if to_poll else None,
-            "query_duration": round(float(np.percentile(poll_dur, 95)), 3) if poll_dur else None,
-            "written_after_query": round(float(np.percentile(to_write, 95)), 3) if to_write else None,
+            "recorded_after_stamp": pct(recorded, 95),
+            "seen_after_recorded": pct(seen_after_record, 95),
+            "seen_by_service": pct(detect, 95),
+            "resumed_after_seen": pct(resume, 95),
+            "slurm_end_after_stamp_upper": pct(slurm_end, 95),
         },
         "breakdown_median_s": {
-            "seen_by_service": round(statistics.median(detect), 3), "resumed_after_seen": round(statistics.median(resume), 3),
-            "until_query_start": round(statistics.median(to_poll), 3) if to_poll else None,
-            "query_duration": round(statistics.median(poll_dur), 3) if poll_dur else None,
-            "written_after_query": round(statistics.median(to_write), 3) if to_write else None,
+            "recorded_after_stamp": pct(recorded, 50), "seen_after_recorded": pct(seen_after_record, 50),
+            "seen_by_service": pct(detect, 50), "resumed_after_seen": pct(resume, 50),
         },
-        "query_s_by_site": {n: {"n": len(v), "p50": round(statistics.median([b - a for a, b in v]), 3),
-                                "p95": round(float(np.percentile([b - a for a, b in v], 95)), 3)} for n, v in asks.items() if v},
         "no_end_stamp": no_stamp,
         "lost": lost,
         "resumed_twice": twice,
         "left_squeue_before_watched": len(late_jobs),
         "left_squeue_resumed": len(lat_late),
         "left_squeue_p95_s": round(float(np.percentile(lat_late, 95)), 3) if lat_late else None,
-        "max_squeue_calls_per_site_s": max(_max_per_second(t) for t in squeue.values()),
-        "max_sacct_calls_per_site_s": max((_max_per_second(t) for t in sacct.values()), default=0),
+        # counted at the calls' fork times (one clock tick resolution)
+        "max_squeue_calls_per_site_s": max(_max_per_second(t, 1 / os.sysconf("SC_CLK_TCK")) for t in squeue.values()),
+        "max_sacct_calls_per_site_s": max((_max_per_second(t, 1 / os.sysconf("SC_CLK_TCK")) for t in sacct.values()), default=0),
+        "min_squeue_gap_s": round(min((b - a for t in squeue.values() for a, b in zip(sorted(t), sorted(t)[1:])), default=float("nan")), 3),
         "squeue_calls": sum(len(t) for t in squeue.values()),
         "slurm_calls": _durations(calls),
+        "service_stderr_tail": (service_err or "").strip()[-500:],
         "submit_s": round(submitted_by - (t0 - 8.0), 1),
         "waves": n_waves,
         "load_avg_1m": {"start": round(loads[0], 2), "max": round(max(loads), 2)},

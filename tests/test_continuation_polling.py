@@ -363,3 +363,33 @@ def test_the_service_writes_an_end_from_the_completion_records_without_waiting_f
     assert tuple(active) == (0, "completed"), active
     service.close()
     cont.close()
+
+
+def test_jobcomp_tail_reads_only_what_was_appended(tmp_path):
+    """The record pass's reader: starts at the file's end, returns each appended record once (a partial last line
+    waits), and starts again from the top of a rotated file; a REQUEUED record is not an end."""
+    from lab.hpc.schedulers.slurm_poll import JobcompTail
+
+    path = tmp_path / "jobcomp.log"
+    path.write_text(_jobcomp_line("1"))
+    tail = JobcompTail(path, parse_jobcomp_line, map_state)
+    assert tail.read() == {}  # what was there before is not re-read
+    with path.open("a") as fh:
+        fh.write(_jobcomp_line("2", "FAILED", "3:0") + _jobcomp_line("3")[:20])
+    got = tail.read()
+    assert list(got) == ["2"] and (got["2"].state, got["2"].exit_code) == (JobState.FAILED, 3)
+    with path.open("a") as fh:
+        fh.write(_jobcomp_line("3")[20:])
+    assert list(tail.read()) == ["3"] and tail.read() == {}
+    assert tail.bytes_read == path.stat().st_size - len(_jobcomp_line("1")) + 20  # the partial line read twice
+    rotated = tmp_path / "jobcomp.new"
+    rotated.write_text(_jobcomp_line("4", "CANCELLED", "0:15"))
+    rotated.replace(path)
+    assert list(tail.read()) == ["4"]
+    sched = SlurmScheduler("alpha", "/nonexistent/slurm.conf")
+    assert sched.new_ends() == {}  # the file's place not known yet: no controller call
+    sched._jobcomp = path
+    assert sched.new_ends() == {}  # the first call marks the end
+    with path.open("a") as fh:
+        fh.write(_jobcomp_line("5", "REQUEUED") + _jobcomp_line("6"))
+    assert list(sched.new_ends()) == ["6"]

@@ -271,6 +271,10 @@ class Continuations:
             state=row[5], event_seq=row[6], result=json.loads(row[7]) if row[7] is not None else None, error=row[8],
         )
 
+    def count(self, state: str = "waiting") -> int:
+        """How many continuations are in ``state`` (``waiting``, ``done`` or ``error``): one ``COUNT``, no records built."""
+        return int(self._store.conn.execute("SELECT COUNT(*) FROM continuations WHERE state = ?", (state,)).fetchone()[0])
+
     def waiting(self) -> list[ContinuationRecord]:
         rows = self._store.conn.execute(
             "SELECT id, key, kinds, handler, args, state, event_seq, result, error FROM continuations WHERE state = 'waiting' ORDER BY id"
@@ -582,6 +586,8 @@ class ContinuationService:
             self._queue_due |= {s for s in self.schedulers if s not in busy and now >= self._next_sample.get(s, 0.0)}
         due_queue = {s for s in self._queue_due if s in self.schedulers and s not in busy and self._due(s)}
         self._queue_due -= due_queue
+        if not due_queue and not any(s not in busy and self._due(s) for s in self.schedulers):
+            return [], {}  # no site may be asked now: the watches are not even read
         rows = self._store.conn.execute("SELECT site, job_id, last_state FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
         by_site: dict[str, list[tuple[str, str]]] = {}
         for site, job_id, last in rows:
@@ -680,26 +686,26 @@ class ContinuationService:
         return seqs
 
     def read_records(self) -> list[int]:
-        """Write the end of every watched job that its site's completion records already show (the
-        jobcomp file, read from where it stopped: no controller call, so not bound by
-        ``site_min_interval_s``); returns the seqs appended. :meth:`serve` does this every ``poll_s``,
-        between the sites' queries: a job's end is written within a poll of Slurm recording it,
-        instead of waiting for the site's next ``squeue`` turn (issue #16: that wait and the squeue
-        call itself were most of the latency with 2,000 jobs)."""
+        """Write the end of every watched job whose completion record its site appended since the last
+        call (the jobcomp file read from where it stopped, :meth:`~lab.hpc.schedulers.slurm.SlurmScheduler.new_ends`:
+        no controller call, so not bound by ``site_min_interval_s``, and a call costs what was appended,
+        not what is watched); returns the seqs appended. :meth:`serve` does this every ``poll_s``,
+        between the sites' queries: a job's end is written within a poll of Slurm recording it, instead
+        of waiting for the site's next ``squeue`` turn (issue #16: with 2,000 jobs that wait and the
+        squeue call itself were most of the latency). Records of jobs nobody watches are dropped; a job
+        watched only after its record was read is found by its site's next query (the completion
+        records are looked up there too)."""
         appended = []
-        rows = self._store.conn.execute("SELECT site, job_id FROM watches WHERE active = 1 ORDER BY site, job_id").fetchall()
-        by_site: dict[str, list[str]] = {}
-        for site, job_id in rows:
-            by_site.setdefault(site, []).append(job_id)
-        for site, ids in by_site.items():
-            recorded = getattr(self.schedulers.get(site), "recorded_ends", None)
-            if recorded is None:
+        for site, sched in self.schedulers.items():
+            new_ends = getattr(sched, "new_ends", None)
+            if new_ends is None:
                 continue
             try:
-                statuses = recorded(ids, lookup=False)  # (the file's place is learnt by the site's first query)
-            except SchedulerError:
+                ends = new_ends()
+            except (SchedulerError, OSError):
                 continue
-            appended += self._write_transitions(site, statuses)
+            if ends:
+                appended += self._write_transitions(site, ends)
         return appended
 
     def serve(self, stop: threading.Event | None = None) -> None:

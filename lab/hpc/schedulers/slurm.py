@@ -100,7 +100,7 @@ from lab.hpc.schedulers.base import (
     wait_status_exit_code,
 )
 
-from lab.hpc.schedulers.slurm_poll import JobcompReader, parse_slurm_time, sacct_watched, squeue_queue, squeue_watched
+from lab.hpc.schedulers.slurm_poll import JobcompReader, JobcompTail, parse_slurm_time, sacct_watched, squeue_queue, squeue_watched
 
 __all__ = ["SlurmScheduler", "map_state", "parse_jobcomp_line", "parse_slurm_time"]
 
@@ -200,6 +200,7 @@ class SlurmScheduler(Scheduler):
         self._jobcomp: Path | None = None
         self._no_jobcomp = False  # the site answered that it writes no jobcomp file
         self._jobcomp_reader: JobcompReader | None = None
+        self._jobcomp_tail: JobcompTail | None = None
         #: the user whose jobs :meth:`status` asks squeue for (the one running this process: the jobs it submits)
         self.user: str | None = getpass.getuser()
 
@@ -434,6 +435,20 @@ class SlurmScheduler(Scheduler):
             return {}
         return {i: st for i, st in self.jobcomp_status([str(j) for j in job_ids]).items()
                 if st.state not in _ACTIVE and st.state != JobState.UNKNOWN}
+
+    def new_ends(self) -> dict[str, JobStatus]:
+        """Ended jobs whose completion records were appended to the jobcomp file since the previous
+        call (every user's: the caller keeps the jobs it watches), read from where the last call
+        stopped (:class:`~lab.hpc.schedulers.slurm_poll.JobcompTail`; no controller call). ``{}`` where
+        the site writes no such file, and until its place is known (:meth:`jobcomp_path`, learnt by the
+        first :meth:`status`): the first call only marks the file's end. Records in a state that is not
+        an end (``REQUEUED``) are left out, as in :meth:`recorded_ends`."""
+        if self._jobcomp is None:
+            return {}
+        if self._jobcomp_tail is None or self._jobcomp_tail.path != self._jobcomp:
+            self._jobcomp_tail = JobcompTail(self._jobcomp, parse_jobcomp_line, map_state)
+            return {}
+        return {i: st for i, st in self._jobcomp_tail.read().items() if st.state not in _ACTIVE and st.state != JobState.UNKNOWN}
 
     def completed_status(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """Ended jobs among ``job_ids`` from the completion records alone, without ``squeue``: the

@@ -314,6 +314,56 @@ class JobcompReader:
             self._asked.pop(str(j), None)
 
 
+class JobcompTail:
+    """The completion records appended to a ``jobcomp/filetxt`` file since the previous :meth:`read`,
+    every job's (the caller keeps those it watches): a poll costs what was appended, not what is
+    watched. It starts at the file's end (what was recorded before is :class:`JobcompReader`'s
+    catch-up); a rotated, replaced or truncated file is read from its start.
+
+    Parameters are those of :class:`JobcompReader`.
+    """
+
+    def __init__(self, path: str | Path, parse_line: Callable[[str], dict[str, str]], map_state: Callable[[str], JobState]):
+        self.path = Path(path)
+        self._parse, self._map = parse_line, map_state
+        self._lock = threading.Lock()
+        try:
+            st = os.stat(self.path)
+            self._ident, self.offset = (st.st_dev, st.st_ino), st.st_size
+        except OSError:
+            self._ident, self.offset = None, 0
+        self.bytes_read = 0
+
+    def read(self) -> dict[str, JobStatus]:
+        """``{job_id: JobStatus}`` of the lines appended since the last call (the last line per job wins);
+        a partial last line waits for the next call."""
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                return {}
+            ident = (st.st_dev, st.st_ino)
+            if self._ident != ident or st.st_size < self.offset:
+                self._ident, self.offset = ident, 0
+            if st.st_size == self.offset:
+                return {}
+            try:
+                with self.path.open("rb") as fh:
+                    fh.seek(self.offset)
+                    data = fh.read()
+            except OSError:
+                return {}
+            cut = data.rfind(b"\n") + 1
+            self.offset += cut
+            self.bytes_read += len(data)
+            lines: dict[str, str] = {}
+            for raw in data[:cut].splitlines():
+                if raw.startswith(b"JobId="):
+                    line = raw.decode(errors="replace")
+                    lines[line[6:].split(" ", 1)[0]] = line
+        return {j: _jobcomp_status(j, self._parse(line), self._map) for j, line in lines.items()}
+
+
 def sacct_watched(site: str, run: Callable, job_ids: Iterable[str], map_state: Callable[[str], JobState]) -> dict[str, JobStatus]:
     """Ended jobs among ``job_ids`` from Slurm accounting, with one ``sacct -X -j`` call; ``{}`` when
     the site has no accounting (``sacct`` says the storage is disabled or slurmdbd is not there).
