@@ -362,35 +362,30 @@ def test_learned_kind_is_tuned_on_its_val_split_only(monkeypatch):
     assert dict((p["num_samples"], v) for p, v in trials)[chosen["num_samples"]] == max(v for _, v in trials)
 
 
-#: the axis order of the grids used before the budget rule (the score lists follow it; the JSON file sorts the names)
-LEGACY_GRID_ORDER = {"pnp_flow": ("lr", "alpha", "num_samples"), "flower": ("num_samples",),
-                     "ot_ode": ("start_time", "gamma", "init"), "d_flow": ("lmbda", "alpha", "steps"),
-                     "rebridge": ("kappa", "lam"), "recoupled_admm": ("grid_power", "t_max", "dual_step", "eta")}
-
-
 def test_committed_learned_kinds_are_tuned_on_validation_and_used():
-    """The learned kinds: tuned on 16 val images at NFE 20. Their flow methods still carry the grids of before the
-    budget rule (``grids``/``scores``: Flower 4 points, the variant 12 -- the benchmark reports them as each row's
-    ``tuning_budget``); Tikhonov was added at the equal budget with ``--update``."""
+    """The learned kinds: tuned on 16 val images at NFE 20 by the one rule of every kind (``budgeted_search``: BUDGET
+    validation evaluations per method and task, Flower fewer where ``num_samples`` cannot divide the NFE; every
+    trial recorded, the best kept), in parts of a few tasks each merged with ``--update`` (#22)."""
     from lab.generative.learned import load_learned_prior
 
     kinds = json.loads(tuning.TUNED_PATH.read_text())["kinds"]
     for kind, name in tuning.LEARNED_KINDS.items():
         rec = kinds[kind]
-        assert rec["nfes"] == [20]
+        assert rec["nfes"] == [20] and rec["budget"] == tuning.BUDGET
+        assert "scores" not in rec and "grids" not in rec  # no entry of the grids of before the budget rule is left
         assert rec["split"]["dataset"] == f"lab.generative.datasets.load({name!r}, 'val')"
         assert len(rec["split"]["validation_used"]) == rec["n_images"] == tuning.LEARNED_N_VAL
         assert f"--prior {kind}" in rec["command"]
+        assert all(u["budget"] == tuning.BUDGET and u["nfes"] == [20] and u["split"] == rec["split"]
+                   for u in rec.get("updates", []))
         for task in ("denoise", "deblur", "sr4", "inpaint_random", "inpaint_box"):
-            for m, grid in rec["grids"].items():  # before the budget rule: every grid point scored, the best kept
-                chosen, sc = rec["tuned"][task][m]["20"], rec["scores"][task][m]["20"]
-                points = tuning.grid_points({n: grid[n] for n in LEGACY_GRID_ORDER[m]})  # the file sorts the names
-                assert sc[points.index(chosen)] == max(v for v in sc if v is not None), (kind, task, m)
-                assert tuning.tuning_budget(kind, task, m, 20) == sum(v is not None for v in sc)
-            srch = rec["search"][task]["tikhonov"]["20"]  # the floor, at the equal budget
-            assert srch["evaluations"] == tuning.BUDGET and tuning.tuning_budget(kind, task, "tikhonov", 50) == tuning.BUDGET
-            assert rec["tuned"][task]["tikhonov"]["20"] in [p for p, _ in srch["trials"]]
-        assert [u["spaces"].keys() == {"tikhonov"} for u in rec["updates"]] == [True]
+            for m in tuning.SPACES:
+                srch, chosen = rec["search"][task][m]["20"], rec["tuned"][task][m]["20"]
+                ran = [(p, v) for p, v in srch["trials"] if v is not None]
+                assert srch["evaluations"] == len(ran), (kind, task, m)
+                assert max(v for _, v in ran) == [v for p, v in ran if p == chosen][0] == srch["best_psnr"], (kind, task, m)
+                assert srch["evaluations"] == tuning.BUDGET or (m == "flower" and 1 <= srch["evaluations"] < tuning.BUDGET)
+                assert tuning.tuning_budget(kind, task, m, 50) == srch["evaluations"], (kind, task, m)
     prior = load_learned_prior("mnist")
     assert prior.tuning_key == "learned-mnist"
     op = get_operator("inpaint_box", (1, 28, 28))
