@@ -105,6 +105,7 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from lab.training.errors import ScapeError  # ScapeError is defined there, re-exported here
+from lab.training.optim.warmup import dgc_warmup_sparsity
 from lab.training.optim.adams import OptimizerConfigError, adams_update_, validate_adams_hyperparameters
 
 __all__ = ["SCAPE", "ScapeConfig", "ScapeError", "ScapeStepStats"]
@@ -152,6 +153,10 @@ def _check_scape_options(o: dict[str, Any]) -> None:
         bad("mask_score", "'m' with mask_sync='local' (residuals differ across ranks, so would masks)")
     if not integer(o["seed"]):
         bad("seed", "an int")
+    if not integer(o["sparsity_warmup"]) or o["sparsity_warmup"] < 0:
+        bad("sparsity_warmup", "an int >= 0 (steps of DGC's exponential sparsity warm-up)")
+    if not real(o["sparsity_warmup_factor"]) or not 0.0 < o["sparsity_warmup_factor"] < 1.0:
+        bad("sparsity_warmup_factor", "a number in (0, 1)")
 
 
 class ScapeConfig(BaseModel):
@@ -176,6 +181,8 @@ class ScapeConfig(BaseModel):
     explore: float = 0.0
     mask_score: Literal["m", "m_ef"] = "m"
     seed: int = 0
+    sparsity_warmup: int = 0
+    sparsity_warmup_factor: float = 0.25
 
     @model_validator(mode="before")
     @classmethod
@@ -332,6 +339,14 @@ class SCAPE(torch.optim.Optimizer):
         ``mask_sync="all_gather"``).
     seed : int, default 0
         Seeds the exploration draws (identical on every rank).
+    sparsity_warmup : int, default 0
+        Deep Gradient Compression's warm-up (Lin et al., ICLR 2018, Sec. 3.3): over the first this many
+        steps the sparsity rises exponentially to ``sparsity``
+        (:func:`~lab.training.optim.warmup.dgc_warmup_sparsity`: 75%, 93.75%, 98.4375%, 99% for 0.99),
+        so a step ``t`` sends ``k(t)`` values of :meth:`sparsity_at` ``(t)``; the mask is recomputed
+        whenever the next step's sparsity differs from the current one. 0: off.
+    sparsity_warmup_factor : float, default 0.25
+        Density kept per warm-up stage, in ``(0, 1)``.
     process_group : ProcessGroup, optional
         Group of the data-parallel ranks; default: the default group when initialized, else none.
     history : int, default 10000
@@ -388,6 +403,8 @@ class SCAPE(torch.optim.Optimizer):
         explore: float = 0.0,
         mask_score: Literal["m", "m_ef"] = "m",
         seed: int = 0,
+        sparsity_warmup: int = 0,
+        sparsity_warmup_factor: float = 0.25,
         process_group: Any = None,
         history: int = 10000,
         config: ScapeConfig | None = None,
@@ -396,7 +413,8 @@ class SCAPE(torch.optim.Optimizer):
         validate_adams_hyperparameters(name, lr, betas, eps, weight_decay)
         options = dict(sparsity=sparsity, scope=scope, mask_sync=mask_sync, mask_encoding=mask_encoding,
                        mask_refresh_interval=mask_refresh_interval, dense_steps=dense_steps, unmasked=unmasked,
-                       error_feedback=error_feedback, explore=explore, mask_score=mask_score, seed=seed)
+                       error_feedback=error_feedback, explore=explore, mask_score=mask_score, seed=seed,
+                       sparsity_warmup=sparsity_warmup, sparsity_warmup_factor=sparsity_warmup_factor)
         if config is not None:
             if not isinstance(config, ScapeConfig):
                 raise ScapeError(f"{name}: config must be a ScapeConfig, got {type(config).__name__}")
@@ -411,6 +429,7 @@ class SCAPE(torch.optim.Optimizer):
         self.mask_encoding_option, self.mask_refresh_interval = cfg.mask_encoding, int(cfg.mask_refresh_interval)
         self.dense_steps, self.unmasked, self.error_feedback = int(cfg.dense_steps), cfg.unmasked, bool(cfg.error_feedback)
         self.explore, self.mask_score, self.seed = float(cfg.explore), cfg.mask_score, int(cfg.seed)
+        self.sparsity_warmup, self.sparsity_warmup_factor = int(cfg.sparsity_warmup), float(cfg.sparsity_warmup_factor)
 
         if process_group is None and dist.is_available() and dist.is_initialized():
             process_group = dist.group.WORLD
@@ -435,6 +454,7 @@ class SCAPE(torch.optim.Optimizer):
             raise ScapeError(f"{name}: {self.numel} coordinates do not fit int32 mask indices")
         self._offsets_t = torch.tensor(self._offsets, dtype=torch.long)
         self._element_size = self._params[0].element_size()
+        self._layouts: dict[float, tuple[list[_Segment], list[int]]] = {}  # sparsity -> (segments, k per owner)
         self._segments = self._build_segments()
         self.k = sum(s.k for s in self._segments)
         self._own_lo, self._own_hi = [], []
@@ -459,6 +479,7 @@ class SCAPE(torch.optim.Optimizer):
             "config": self._config(),
         }
         self._pending: tuple[Any, torch.Tensor, torch.Tensor] | None = None  # (work, input, output)
+        self._pending_own_k: list[int] = self._own_k  # k per owner of the mask in flight
         self._ever_count: int | None = None
         self._in_mask: torch.Tensor | None = None
         self.last_stats: ScapeStepStats | None = None
@@ -497,8 +518,24 @@ class SCAPE(torch.optim.Optimizer):
             if not p.is_contiguous():
                 raise ScapeError(f"SCAPE: parameter {i} (shape {tuple(p.shape)}) is not contiguous")
 
-    def _k_of(self, length: int) -> tuple[int, int]:
-        k = max(1, min(length, round((1.0 - self.sparsity) * length)))
+    def sparsity_at(self, step: int) -> float:
+        """Sparsity of 1-based step ``step``: ``sparsity``, or its DGC warm-up value (``sparsity_warmup``)."""
+        if not self.sparsity_warmup:
+            return self.sparsity
+        return dgc_warmup_sparsity(step, self.sparsity, self.sparsity_warmup, self.sparsity_warmup_factor)
+
+    def _layout(self, sparsity: float) -> tuple[list[_Segment], list[int]]:
+        """Segments and per-owner k at ``sparsity`` (the steady state's are :attr:`_segments`, :attr:`_own_k`)."""
+        if sparsity == self.sparsity:
+            return self._segments, self._own_k
+        if sparsity not in self._layouts:
+            segs = self._build_segments(sparsity)
+            self._layouts[sparsity] = (segs, [sum(s.k for s in segs if s.owner == r) for r in range(self.world_size)])
+        return self._layouts[sparsity]
+
+    def _k_of(self, length: int, sparsity: float | None = None) -> tuple[int, int]:
+        sparsity = self.sparsity if sparsity is None else sparsity
+        k = max(1, min(length, round((1.0 - sparsity) * length)))
         k_exp = 0 if k >= length else min(round(self.explore * k), k)
         return k - k_exp, k_exp
 
@@ -514,7 +551,7 @@ class SCAPE(torch.optim.Optimizer):
     def _range_start(self, r: int) -> int:
         return r * self.numel // self.world_size
 
-    def _build_segments(self) -> list[_Segment]:
+    def _build_segments(self, sparsity: float | None = None) -> list[_Segment]:
         W, n = self.world_size, self.numel
         segs = []
         if self.scope == "tensor":
@@ -523,14 +560,14 @@ class SCAPE(torch.optim.Optimizer):
                 if a == b:
                     continue
                 owner = min(W - 1, (W * (a + b)) // (2 * n))  # the rank holding the tensor's midpoint
-                kt, ke = self._k_of(b - a)
+                kt, ke = self._k_of(b - a, sparsity)
                 segs.append(_Segment(a, b, kt, ke, owner, self._pieces(a, b)))
         else:
             for r in range(W):
                 a, b = self._range_start(r), self._range_start(r + 1)
                 if a == b:
                     continue
-                kt, ke = self._k_of(b - a)
+                kt, ke = self._k_of(b - a, sparsity)
                 segs.append(_Segment(a, b, kt, ke, r, self._pieces(a, b)))
         return segs
 
@@ -546,10 +583,13 @@ class SCAPE(torch.optim.Optimizer):
         return "indices" if idx_bytes < bit_bytes else "bitmask"
 
     def _config(self) -> dict[str, Any]:
-        return dict(
+        out = dict(
             numel=self.numel, k=self.k, sparsity=self.sparsity, scope=self.scope, explore=self.explore,
             world_size=self.world_size, dense_steps=self.dense_steps,
         )
+        if self.sparsity_warmup:  # only then: checkpoints written before the option existed still load
+            out.update(sparsity_warmup=self.sparsity_warmup, sparsity_warmup_factor=self.sparsity_warmup_factor)
+        return out
 
     # ------------------------------------------------------------------ byte accounting
     @property
@@ -665,16 +705,20 @@ class SCAPE(torch.optim.Optimizer):
         return torch.sort(top).values + seg.lo
 
     def _launch_mask(self, step: int) -> int:
-        """Compute the next mask (own segments, or all for ``"local"``) and start its sync; returns payload bytes."""
+        """Compute the next mask (own segments, or all for ``"local"``) and start its sync; returns payload bytes.
+
+        The mask is step ``step + 1``'s, at :meth:`sparsity_at` ``(step + 1)``."""
         sc = self.state[_KEY]
+        segments, own_k = self._layout(self.sparsity_at(step + 1))
         if self._encoding == "local":
-            sel = [self._select(j, s, step) for j, s in enumerate(self._segments)]
+            sel = [self._select(j, s, step) for j, s in enumerate(segments)]
             sc["next_mask"] = torch.cat(sel)
             return 0
-        sel = [self._select(j, s, step) for j, s in enumerate(self._segments) if s.owner == self.rank]
+        sel = [self._select(j, s, step) for j, s in enumerate(segments) if s.owner == self.rank]
         own = torch.cat(sel) if sel else torch.empty(0, dtype=torch.long)
+        self._pending_own_k = own_k
         if self._encoding == "indices":
-            inp = torch.full((max(self._own_k),), -1, dtype=torch.int32)
+            inp = torch.full((max(own_k),), -1, dtype=torch.int32)
             inp[: own.numel()] = own.to(torch.int32)
         else:
             lo, hi = self._own_lo[self.rank], self._own_hi[self.rank]
@@ -704,7 +748,7 @@ class SCAPE(torch.optim.Optimizer):
         for r in range(self.world_size):
             c = out[r * chunk : (r + 1) * chunk]
             if self._encoding == "indices":
-                parts.append(c[: self._own_k[r]].to(torch.long))
+                parts.append(c[: self._pending_own_k[r]].to(torch.long))
             else:
                 lo, hi = self._own_lo[r], self._own_hi[r]
                 parts.append(torch.nonzero(_unpack_bits(c, hi - lo)).squeeze(1) + lo)
@@ -810,7 +854,8 @@ class SCAPE(torch.optim.Optimizer):
         self.last_values = values
 
         mask_bytes, encoding, t0 = 0, None, time.perf_counter()
-        if t >= self.dense_steps and (t - self.dense_steps) % self.mask_refresh_interval == 0:
+        stage_change = self.sparsity_warmup and self.sparsity_at(t + 1) != self.sparsity_at(max(t, self.dense_steps + 1))
+        if t >= self.dense_steps and ((t - self.dense_steps) % self.mask_refresh_interval == 0 or stage_change):
             mask_bytes, encoding = self._launch_mask(t), self._encoding
         mask_compute_s = time.perf_counter() - t0
 
