@@ -393,3 +393,25 @@ def test_jobcomp_tail_reads_only_what_was_appended(tmp_path):
     with path.open("a") as fh:
         fh.write(_jobcomp_line("5", "REQUEUED") + _jobcomp_line("6"))
     assert list(sched.new_ends()) == ["6"]
+
+
+def test_a_job_watched_after_its_record_was_written_is_found_by_the_next_record_pass(tmp_path, monkeypatch):
+    """A job watched only after it ended (and squeue forgot it) is looked up in the completion records by the
+    next record pass, with no squeue call (it used to wait for its site's next query turn)."""
+    fake = FakeSlurm(tmp_path / "jobcomp.log")
+    sched = _scheduler(fake, monkeypatch)
+    db = tmp_path / "lab.db"
+    cont = Continuations(db)
+    fake.jobs["1"] = "RUNNING"
+    cont.watch_job("alpha", "1")
+    service = ContinuationService(db, {"alpha": sched}, queue_every_s=None, site_min_interval_s=0.0)
+    service.poll_once()  # the site's first query: the records' place is known from now on
+    assert service.read_records() == []
+    fake.end("21", "FAILED", "2:0", purge=True)  # ended and forgotten before anybody watched it
+    assert service.read_records() == []  # read past (nobody watched it)
+    cont.watch_job("alpha", "21")
+    calls = len(fake.squeue_calls())
+    assert len(service.read_records()) == 2 and len(fake.squeue_calls()) == calls  # started (between polls) and failed
+    assert [(e.kind, e.payload["exit_code"]) for e in cont.log.tail(key=job_key("alpha", "21"))] == [("job.started", 2), ("job.failed", 2)]
+    service.close()
+    cont.close()

@@ -454,6 +454,7 @@ class ContinuationService:
         self._next_sample: dict[str, float] = {}  # site -> monotonic time its next queue sample is due
         self._sample_every: dict[str, float] = {}  # site -> its current sample interval (queue_every_s, or stretched)
         self._pool: ThreadPoolExecutor | None = None  # one worker per site, made on the first poll of several sites
+        self._watch_rowid = 0  # the newest watch read_records has looked up
         for sched in self.schedulers.values():  # the rate holds at the command, not only at the query (see _query)
             if hasattr(sched, "listing_interval_s"):
                 sched.listing_interval_s = max(float(sched.listing_interval_s), self.site_min_interval_s)
@@ -694,14 +695,22 @@ class ContinuationService:
         of waiting for the site's next ``squeue`` turn (issue #16: with 2,000 jobs that wait and the
         squeue call itself were most of the latency). Records of jobs nobody watches are dropped; a job
         watched only after its record was read is found by its site's next query (the completion
-        records are looked up there too)."""
+        records are looked up there too). A job watched since the last call (e.g. after it ended and
+        squeue forgot it) is looked up in its site's records at once (``recorded_ends``), not at the
+        site's next query."""
         appended = []
+        fresh: dict[str, list[str]] = {}
+        for rowid, site, job_id in self._store.conn.execute(
+                "SELECT rowid, site, job_id FROM watches WHERE rowid > ? AND active = 1 ORDER BY rowid", (self._watch_rowid,)):
+            self._watch_rowid = max(self._watch_rowid, rowid)
+            fresh.setdefault(site, []).append(job_id)
         for site, sched in self.schedulers.items():
-            new_ends = getattr(sched, "new_ends", None)
-            if new_ends is None:
-                continue
+            ends = {}
             try:
-                ends = new_ends()
+                if fresh.get(site) and getattr(sched, "recorded_ends", None) is not None:
+                    ends.update(sched.recorded_ends(fresh[site], lookup=False))
+                if getattr(sched, "new_ends", None) is not None:
+                    ends.update(sched.new_ends())
             except (SchedulerError, OSError):
                 continue
             if ends:
