@@ -3,7 +3,8 @@
     python -m benchmarks.restoration --out FILE.json [--quick] [--priors gaussian gaussian-samples empirical learned ...]
         [--nfe 20 50 100] [--n-images 200] [--seed 0] [--tasks ...] [--no-claims] [--jobs N]
         [--learned-nfe 50] [--learned-n-images 40] [--learned-methods ...] [--learned-claims auto|full|short|none]
-        [--merge EARLIER.json] [--ship]
+        [--merge EARLIER.json] [--note TEXT] [--ship]
+    python -m benchmarks.restoration --combine RUN.json ... --merge TABLE.json --out FILE.json [--note TEXT] [--ship]
 
 The committed ``benchmarks/results/restoration.json`` was assembled from runs of parts with ``--merge``
 (each run's rows put into the earlier table row by row; ``inputs.carried_over`` records the chain), on
@@ -16,6 +17,20 @@ covered: README, "Image restoration with flow priors", and the report of issue #
         --n-images 40 --learned-claims none --jobs 2 --out B.json --merge A.json
     OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist natural32 medical32 --nfe 50 100 --learned-nfe 50 100 \
         --n-images 40 --learned-methods naive tikhonov --learned-claims none --out C.json --merge B.json
+
+Then the learned priors again, after their tuning by the budget rule (``lab.generative.tuning``, one to four
+tasks per process; the first part of a kind replaces its entry in ``tuned.json``, the others are merged with
+``--update``), each (learned prior, NFE, task) as a run of its own, two at a time, put into the table with
+``--combine`` in the order run (one line of each kind shown). Re-run: NFE 20 on all three, NFE 50 on mnist and
+natural32; not re-run (no time left on this CPU): medical32 at NFE 50 and every learned prior at NFE 100, see
+``inputs.note``. Flower's NFE-20 value on natural32 sr4 (4 samples) cannot spend NFE 50, so Flower alone was also
+tuned at NFE 50 there (the second line)::
+
+    OMP_NUM_THREADS=1 python -m lab.generative.tuning --prior learned-mnist --tasks inpaint_box --nfe 20 [--update]
+    OMP_NUM_THREADS=1 python -m lab.generative.tuning --prior learned-natural32 --methods flower --tasks sr2 --nfe 50 --update
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 20 --learned-nfe 20 --n-images 40 \
+        --tasks denoise --learned-claims none --out run_mnist_20_denoise.json
+    python -m benchmarks.restoration --combine run_mnist_20_denoise.json ... --merge C.json --note TEXT --out D.json --ship
 
 ``--ship`` also copies the file to ``lab/generative/results/restoration.json``, the copy that ships with
 ``lab`` and that notebook 07 reads (:func:`lab.generative.results.load_results`); a test fails when the two differ.
@@ -75,9 +90,9 @@ Priors and splits (``PRIOR_SPECS``; adding a prior is one entry)
   included when their shipped weights load (``lab.generative.learned.load_learned_prior(name)``,
   i.e. ``LearnedPrior.from_registry``, verified through the data registry); the JSON's
   ``learned_priors`` says, per name, whether it was included and why not.
-  Each has its own ``tuning_key`` (``learned-<name>``: tuned at NFE 20 on 16 images of the data set's
-  **val** split; the flow methods' values still come from the grids of before the budget rule, recorded in
-  ``tuned.json``, Tikhonov's from the budget rule; those values serve every NFE) and
+  Each has its own ``tuning_key`` (``learned-<name>``: tuned by the same rule as the exact priors,
+  :func:`lab.generative.tuning.budgeted_search` with 8 validation evaluations per method and task (Flower
+  3-5), at NFE 20 on 16 images of the data set's **val** split; those values serve every NFE) and
   runs on the network's device and use ``--learned-nfe`` (default: ``--nfe``), ``--learned-methods``
   (default: all) and ``--learned-claims`` (``full``, ``short`` = the sweeps of ``--quick``, or ``none``;
   default ``full`` on CUDA, ``short`` on a CPU). Cost on a CPU: the lab's 1.06 M-parameter U-Net takes

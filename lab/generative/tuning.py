@@ -456,8 +456,9 @@ def write_tuned(record: dict, path: str | Path = TUNED_PATH, command: str | None
     """Merge one :func:`tune` record into the JSON file at ``path`` (other prior kinds are kept); returns the file's content.
 
     ``update=True`` merges the record's methods into the kind's existing entry instead of replacing it
-    (the other methods' values and records are kept; ``updates`` lists each such merge with its command,
-    budget and split), e.g. to tune one new method without re-running the others.
+    (the other methods' values and records are kept, and a method's entries at the NFEs the record does not
+    tune; ``updates`` lists each such merge with its command, budget and split), e.g. to tune one new method
+    without re-running the others, or one method at one more NFE.
     """
     path = Path(path)
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -472,7 +473,8 @@ def write_tuned(record: dict, path: str | Path = TUNED_PATH, command: str | None
         merged = json.loads(json.dumps(old))
         for key in ("tuned", "search"):
             for task, by_m in record[key].items():
-                merged.setdefault(key, {}).setdefault(task, {}).update(by_m)
+                for m, by_nfe in by_m.items():  # per NFE: an update at another NFE keeps the method's other entries
+                    merged.setdefault(key, {}).setdefault(task, {}).setdefault(m, {}).update(by_nfe)
         merged.setdefault("updates", []).append({k: entry[k] for k in ("command", "machine", "spaces", "budget", "split",
                                                                       "tasks", "nfes", "seed", "n_images", "rule")})
         entry = merged
