@@ -164,9 +164,9 @@ def error_feedback_wrapper(hook: Callable) -> Callable:
         ef = state.error_feedback
         for p, off, n, _shape in bucket_layout(bucket):
             name = state.codec_state.param_name(p)
-            if name in ef:
-                view = buf[off : off + n]
-                view.copy_(ef.compensate(name, view))
+            r = ef.residuals.get(name)
+            if r is not None:  # x = g + r in place (the same float32 sum as ErrorFeedback.compensate)
+                buf[off : off + n].add_(r.to(buf.device).view(-1))
 
         def tap(rec: StepRecord, enc: Encoded) -> None:
             ef.update(enc.name, enc.x, enc.sent)
@@ -227,7 +227,11 @@ def measure_error_wrapper(hook: Callable) -> Callable:
         inner = state.codec_state
         buf = bucket.buffer()
         where = {inner.param_name(p): (off, n) for p, off, n, _ in bucket_layout(bucket)}
-        original = buf.to(torch.float32, copy=True)
+        # a copy only when a wrapper inside changes the buffer (error feedback); else the buffer is g itself
+        link, mutated = state.inner, False
+        while isinstance(link, WrappedHookState):
+            mutated, link = mutated or isinstance(link, ErrorFeedbackState), link.inner
+        original = buf.to(torch.float32, copy=True) if mutated else buf.to(torch.float32)
 
         def tap(rec: StepRecord, enc: Encoded) -> None:
             off, n = where[enc.name]
