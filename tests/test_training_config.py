@@ -93,6 +93,8 @@ def test_the_run_builds_the_hook_and_optimizer_from_the_typed_settings(tmp_path)
     assert opt.config == ScapeConfig(sparsity=0.99, seed=7)  # the run's seed unless one is given
     opt = _make_optimizer(_cfg(tmp_path, optimizer="scape", optimizer_kwargs={"sparsity": 0.99, "seed": 3}, seed=7), model)
     assert opt.config.seed == 3
+    warm = _make_optimizer(_cfg(tmp_path, optimizer="scape", optimizer_kwargs={"sparsity": 0.99, "sparsity_warmup": 40}), model)
+    assert warm.config.sparsity_warmup == 40 and warm.sparsity_at(1) == 0.75 and warm.sparsity_at(41) == 0.99
     adams = _make_optimizer(_cfg(tmp_path, optimizer="adams", optimizer_kwargs={"betas": (0.8, 0.9)}), model)
     assert adams.param_groups[0]["betas"] == (0.8, 0.9)
 
