@@ -694,10 +694,8 @@ class ContinuationService:
         between the sites' queries: a job's end is written within a poll of Slurm recording it, instead
         of waiting for the site's next ``squeue`` turn (issue #16: with 2,000 jobs that wait and the
         squeue call itself were most of the latency). Records of jobs nobody watches are dropped; a job
-        watched only after its record was read is found by its site's next query (the completion
-        records are looked up there too). A job watched since the last call (e.g. after it ended and
-        squeue forgot it) is looked up in its site's records at once (``recorded_ends``), not at the
-        site's next query."""
+        watched since the last call (e.g. only after it ended and squeue forgot it) is looked up in its
+        site's records at once (``recorded_ends``), not at the site's next query."""
         appended = []
         fresh: dict[str, list[str]] = {}
         for rowid, site, job_id in self._store.conn.execute(
