@@ -66,9 +66,11 @@ def test_dashboard_draws_the_log_and_says_what_is_missing(tmp_path):
     fill(log)
     assert dash.refresh() == 7 and dash.chart is chart
     pending, running, busy, total = traces(dash, "alpha")
-    assert (running["y"], busy["y"], total["y"]) == ([1, 2], [1, 2], [2, 2])
-    assert running["x"] == ["1970-01-01 00:01:40.000000", "1970-01-01 00:01:42.000000"]  # UTC, as plotly.js reads dates
-    assert traces(dash, "beta")[0]["y"] == [2]
+    # alpha is live: its last sample (t = 102) still holds, so each step line runs on to now (t = 103), with no marker there
+    assert (running["y"], busy["y"], total["y"]) == ([1, 2, 2], [1, 2, 2], [2, 2])
+    assert running["x"] == ["1970-01-01 00:01:40.000000", "1970-01-01 00:01:42.000000", "1970-01-01 00:01:43.000000"]  # UTC
+    assert total["x"] == [running["x"][0], running["x"][-1]] and running["marker"]["size"] == [6, 6, 0]
+    assert traces(dash, "beta")[0]["y"] == [2]  # unavailable: its one sample is not carried on
     assert notes(dash) == {"beta": "unavailable:<br>the site does not answer"}  # alpha is live: no note over its lines
     # what each site showed: a table, one row per site, the chosen one marked
     seen = dash.candidates.table
@@ -84,6 +86,7 @@ def test_dashboard_draws_the_log_and_says_what_is_missing(tmp_path):
     assert "<b>alpha</b>: <span class='lab-stale'" in dash.status.value and "no sample for 58 s" in dash.status.value
     assert "last: 0 pending, 2 running, 2/2 CPUs busy at 00:01:42" in dash.status.value
     assert notes(dash)["alpha"] == "stale: no sample for 58 s<br>(site or service stopped)"
+    assert traces(dash, "alpha")[1]["y"] == [1, 2]  # stale: the lines end at the last sample
 
 
 def test_job_rows_follow_the_samples_and_turn_stale(tmp_path):

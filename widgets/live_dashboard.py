@@ -203,14 +203,20 @@ class LiveSitesDashboard(BackgroundRefresh, W.VBox):
             layout["annotations"].append({"text": f"<b>{html.escape(name)}</b>", "showarrow": False, "xref": "paper", "yref": "paper",
                                           "x": x0 + width / 2, "y": 1.0, "yanchor": "bottom", "font": {"size": 14}})
             s = self.live.sites.get(name)
-            times = [_plotly_time(t) for t in s.time] if s else []
+            samples = len(s.time) if s else 0
+            # a queue is written only when it changes (or every heartbeat_s): while the site is live, its last
+            # sample still holds, so each step line runs on to now (one sample is a line too, not a lone marker)
+            held = samples > 0 and now > s.time[-1] and self.live.state(name, now).state == "live"
+            times = ([_plotly_time(t) for t in s.time] + ([_plotly_time(now)] if held else [])) if s else []
             site = f"<extra>{html.escape(name)}</extra>"
             legend = k == 0
             for key, ys, index, label, unit in (("pending", s.pending if s else [], top, "pending", "jobs pending"),
                                                 ("running", s.running if s else [], top, "running", "jobs running"),
                                                 ("busy", s.busy_cpus if s else [], bottom, "busy CPUs", "CPUs busy")):
-                data.append({"type": "scatter", "mode": "lines+markers" if len(ys) < 3 else "lines", "line": {"shape": "hv", "color": _COLOURS[key]},
-                             "x": times, "y": list(ys), "name": label, "legendgroup": key, "showlegend": legend,
+                ys = list(ys) + ([ys[-1]] if held else [])
+                data.append({"type": "scatter", "mode": "lines+markers" if samples < 3 else "lines", "line": {"shape": "hv", "color": _COLOURS[key]},
+                             "marker": {"size": [6] * samples + [0] * (len(ys) - samples)},  # no marker where no sample is
+                             "x": times, "y": ys, "name": label, "legendgroup": key, "showlegend": legend,
                              "xaxis": _axis("x", index), "yaxis": _axis("y", index),
                              "hovertemplate": f"%{{x|%H:%M:%S}} UTC: %{{y:,d}} {unit}" + site})
             total = s.total_cpus if s and s.total_cpus is not None else None
