@@ -120,8 +120,10 @@ def check_live(watch: PageWatch, run: Run, prefix: str) -> None:
     run.start()
     run.advance(3)
     first = watch.wait_for(
-        f"() => {{ const d = ({DRAWN_JS})(); return d && d.points >= 3 && d.paths >= 4 && !d.waiting && d; }}",
-        what="the first 3 steps drawn (loss trace with points, 4 trace lines with paths)", timeout_s=60,
+        # the chart and the run table are separate widgets, synced separately: wait for both, not the chart alone
+        f"() => {{ const d = ({DRAWN_JS})(); return d && d.points >= 3 && d.paths >= 4 && !d.waiting && d.table.includes('running') && d; }}",
+        what="the first 3 steps drawn (loss trace with points, 4 trace lines with paths) and the run table saying running", timeout_s=60,
+        state=f"() => ({DRAWN_JS})()",
     )
     assert first["points"] == 3 and "running" in first["table"], first
     shot(page, f"{prefix}_live.png")
