@@ -42,6 +42,14 @@ class _Spec(BaseModel):
     tag: ClassVar[str] = "hook"  # the discriminator field
     nested: ClassVar[str | None] = None  # the field holding a nested config flattened into kwargs()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_nested(cls, data: Any) -> Any:
+        """Settings of the nested config given flat (``damping=...``, ``sparsity=...``) are moved into it."""
+        if cls.nested is None:
+            return data
+        return _nest(data, cls.nested, cls.model_fields[cls.nested].annotation.model_fields)
+
     def kwargs(self) -> dict[str, Any]:
         """The settings given (not defaults), flat: the earlier ``comm_kwargs`` / ``optimizer_kwargs`` form
         (a nested GIFT / SCAPE config's given fields are merged in at the top level)."""
@@ -138,11 +146,6 @@ class GiftComm(_Spec):
 
     nested: ClassVar[str | None] = "gift"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_settings(cls, data: Any) -> Any:
-        return _nest(data, "gift", GiftConfig.model_fields)
-
     @model_validator(mode="after")
     def _fits_the_hook(self) -> GiftComm:
         if self.hook == "gift_nvfp4" and (self.fmt is not None or self.block_size is not None):
@@ -227,11 +230,6 @@ class ScapeOptimizer(_AdamLike):
     scape: ScapeConfig = Field(default_factory=ScapeConfig)
 
     nested: ClassVar[str | None] = "scape"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_options(cls, data: Any) -> Any:
-        return _nest(data, "scape", ScapeConfig.model_fields)
 
     def optimizer_kwargs(self, seed: int) -> dict[str, Any]:
         """Keywords of :class:`~lab.training.optim.SCAPE` besides params and lr: the given AdamS ones and
