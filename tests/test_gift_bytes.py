@@ -5,12 +5,9 @@ low-rank factors on a fixed layer set (replicas bit-identical, side bytes exactl
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from lab.training import GiftError
@@ -25,6 +22,7 @@ from lab.training.comm.gift import (
     side_bytes_per_refresh,
 )
 from lab.training.model import GPT, GPTConfig
+from tests.gloo_support import run_ranks
 
 
 def test_side_bytes_by_hand():
@@ -102,43 +100,32 @@ _GIFT = dict(n_eigenpairs=4, damping=0.1, ema=0.5, refresh_every=3, refresh_warm
              track="selected", statistics="rank0")
 
 
-def _worker(rank: int, world: int, init: str, outdir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        out = {}
-        for run, (hook_name, kw) in {"gift": ("gift_fp8", _GIFT), "bf16": ("bf16", {})}.items():
-            torch.manual_seed(0)
-            model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16))
-            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
-            state, hook = get_hook(hook_name, model=model, **kw)
-            ddp.register_comm_hook(state, hook)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            gen = torch.Generator().manual_seed(1)
-            for _ in range(_STEPS):
-                idx = torch.randint(0, 20, (world * _B, 9), generator=gen)[rank * _B : (rank + 1) * _B]
-                opt.zero_grad()
-                ddp(idx[:, :-1], idx[:, 1:])[1].backward()
-                opt.step()
-            out[run] = {"params": [p.detach().clone() for p in model.parameters()],
-                        "records": [r.as_dict() for r in state.history],
-                        "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
-                        "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
-                        "factor_bits": [w.to_flat() for w in getattr(state, "whitening", {}).values()]}
-        torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int, world: int, outdir: str) -> None:
+    out = {}
+    for run, (hook_name, kw) in {"gift": ("gift_fp8", _GIFT), "bf16": ("bf16", {})}.items():
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16))
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+        state, hook = get_hook(hook_name, model=model, **kw)
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(_STEPS):
+            idx = torch.randint(0, 20, (world * _B, 9), generator=gen)[rank * _B : (rank + 1) * _B]
+            opt.zero_grad()
+            ddp(idx[:, :-1], idx[:, 1:])[1].backward()
+            opt.step()
+        out[run] = {"params": [p.detach().clone() for p in model.parameters()],
+                    "records": [r.as_dict() for r in state.history],
+                    "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
+                    "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
+                    "factor_bits": [w.to_flat() for w in getattr(state, "whitening", {}).values()]}
+    torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
 
 
 @pytest.mark.slow  # ~6 s: two processes, two short DDP trainings
 def test_two_rank_gift_low_rank_factors_bit_identical_replicas_and_exact_side_bytes(tmp_path):
-    mp.spawn(_worker, args=(2, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_worker, 2, tmp_path)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     for run in ("gift", "bf16"):
         for a, b in zip(r0[run]["params"], r1[run]["params"]):

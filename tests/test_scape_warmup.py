@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from lab.training.errors import OptimizerConfigError
 from lab.training.optim import SCAPE, ScapeConfig
 from lab.training.optim.warmup import dgc_warmup_sparsity, dgc_warmup_stages
+from tests.gloo_support import run_ranks
 
 
 def test_schedule_against_hand_computed_values():
@@ -106,30 +104,22 @@ def test_scape_config_validates_the_warmup_options_by_name():
         ScapeConfig.build(sparsity_warmup=10, sparsity_warmup_factor=0.0)
 
 
-def _worker(rank: int, world: int, init: str, outdir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        sizes = (500, 300, 200)  # tensor scope: the owners' k differ, and change with the stage
-        params = _params(sizes)
-        opt = SCAPE(params, lr=0.01, sparsity=0.99, sparsity_warmup=6, mask_encoding="indices")
-        gen = torch.Generator().manual_seed(10 + rank)  # each rank its own gradients
-        for _ in range(9):
-            for p, n in zip(params, sizes):
-                p.grad = torch.randn(n, generator=gen)
-            opt.step()
-        opt.synchronize()
-        torch.save({"params": [p.detach() for p in params], "k": [h.k for h in opt.history],
-                    "mask_bytes": [h.mask_bytes for h in opt.history]}, os.path.join(outdir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+def _worker(rank: int, world: int, outdir: str) -> None:
+    sizes = (500, 300, 200)  # tensor scope: the owners' k differ, and change with the stage
+    params = _params(sizes)
+    opt = SCAPE(params, lr=0.01, sparsity=0.99, sparsity_warmup=6, mask_encoding="indices")
+    gen = torch.Generator().manual_seed(10 + rank)  # each rank its own gradients
+    for _ in range(9):
+        for p, n in zip(params, sizes):
+            p.grad = torch.randn(n, generator=gen)
+        opt.step()
+    opt.synchronize()
+    torch.save({"params": [p.detach() for p in params], "k": [h.k for h in opt.history],
+                "mask_bytes": [h.mask_bytes for h in opt.history]}, os.path.join(outdir, f"rank{rank}.pt"))
 
 
 def test_two_rank_gloo_warmup_keeps_replicas_identical(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(2, f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_worker, 2, tmp_path)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     assert all(torch.equal(a, b) for a, b in zip(r0["params"], r1["params"]))
     sizes = (500, 300, 200)

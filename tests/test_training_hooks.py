@@ -9,12 +9,9 @@ from __future__ import annotations
 import math
 import re
 import os
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from lab import LabError
@@ -38,6 +35,7 @@ from lab.training.comm import (
 from lab.training.comm.gift import euclidean_roundtrip, gift_roundtrip, relative_error, saturation_rates
 from lab.training.comm.hooks import bucket_layout
 from lab.training.comm.hooks.base import FlatBucket
+from tests.gloo_support import run_ranks
 
 
 FakeBucket = FlatBucket  # the hooks called outside DDP
@@ -832,48 +830,37 @@ def _data(world):
             for _ in range(_STEPS)]
 
 
-def _worker(rank: int, world: int, init: str, outdir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        data = [(x[rank * _B : (rank + 1) * _B], y[rank * _B : (rank + 1) * _B]) for x, y in _data(world)]
-        out = {}
-        for run, (name, kw, ddp_kw) in _RUNS.items():
-            model = _mlp()
-            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002, **ddp_kw)  # several buckets
-            state = None
-            if name is not None:
-                state, hook = get_hook(name, **({"model": model} if name.startswith("gift") else {}), **kw)
-                ddp.register_comm_hook(state, hook)
-            opt = torch.optim.SGD(model.parameters(), lr=0.05)
-            for x, y in data:
-                opt.zero_grad()
-                nn.functional.mse_loss(ddp(x), y).backward()
-                opt.step()
-            out[run] = {
-                "params": [p.detach().clone() for p in model.parameters()],
-                "records": [r.as_dict() for r in state.history] if state is not None else None,
-                "selections": [(h["step"], h["selected"]) for h in state.selector.history] if hasattr(state, "selector") else None,
-                "layers": getattr(state, "layers", None),
-                "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
-                "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
-                "layer_history": list(getattr(state, "layer_history", [])),
-            }
-        torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int, world: int, outdir: str) -> None:
+    data = [(x[rank * _B : (rank + 1) * _B], y[rank * _B : (rank + 1) * _B]) for x, y in _data(world)]
+    out = {}
+    for run, (name, kw, ddp_kw) in _RUNS.items():
+        model = _mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002, **ddp_kw)  # several buckets
+        state = None
+        if name is not None:
+            state, hook = get_hook(name, **({"model": model} if name.startswith("gift") else {}), **kw)
+            ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for x, y in data:
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+        out[run] = {
+            "params": [p.detach().clone() for p in model.parameters()],
+            "records": [r.as_dict() for r in state.history] if state is not None else None,
+            "selections": [(h["step"], h["selected"]) for h in state.selector.history] if hasattr(state, "selector") else None,
+            "layers": getattr(state, "layers", None),
+            "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
+            "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
+            "layer_history": list(getattr(state, "layer_history", [])),
+        }
+    torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
 
 
 @pytest.mark.slow  # ~10 s: two processes import torch and run 9 short DDP trainings
 def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_bytes(tmp_path):
     world = 2
-    mp.spawn(_worker, args=(world, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=world, join=True)
+    run_ranks(_worker, world, tmp_path)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(world))
     params = list(_mlp().parameters())
     for run in _RUNS:
@@ -936,43 +923,36 @@ def test_two_process_gloo_ddp_every_hook_keeps_replicas_identical_and_accounts_b
         assert h["selected"] == (h["layer"] in active)
 
 
-def _failing_worker(rank: int, world: int, init: str, outdir: str) -> None:
+def _failing_worker(rank: int, world: int, outdir: str) -> None:
     """statistics="rank0": rank 0 fails to build a factor at step 2; every rank must raise, none may hang."""
-    import datetime
-
     from lab.training.comm import gift as gift_mod
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    model = _mlp()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002)
+    state, hook = get_hook("gift_fp8", model=model, **dict(_GIFT, statistics="rank0"))
+    ddp.register_comm_hook(state, hook)
+    if rank == 0:
+        real = gift_mod.Whitening.from_covariance.__func__
+
+        def flaky(cls, *a, **kw):
+            if state.step == 2:
+                raise GiftError("injected failure on rank 0")
+            return real(cls, *a, **kw)
+
+        gift_mod.Whitening.from_covariance = classmethod(flaky)
+    message = "no error"
     try:
-        model = _mlp()
-        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.002)
-        state, hook = get_hook("gift_fp8", model=model, **dict(_GIFT, statistics="rank0"))
-        ddp.register_comm_hook(state, hook)
-        if rank == 0:
-            real = gift_mod.Whitening.from_covariance.__func__
-
-            def flaky(cls, *a, **kw):
-                if state.step == 2:
-                    raise GiftError("injected failure on rank 0")
-                return real(cls, *a, **kw)
-
-            gift_mod.Whitening.from_covariance = classmethod(flaky)
-        message = "no error"
-        try:
-            for x, y in _data(world)[:4]:
-                nn.functional.mse_loss(ddp(x[rank * _B : (rank + 1) * _B]), y[rank * _B : (rank + 1) * _B]).backward()
-        except Exception as exc:  # noqa: BLE001 - the message is the result
-            message = f"{type(exc).__name__}: {exc}"
-        with open(os.path.join(outdir, f"fail{rank}.txt"), "w") as fh:
-            fh.write(f"{state.step}\n{message}")
-    finally:
-        dist.destroy_process_group()
+        for x, y in _data(world)[:4]:
+            nn.functional.mse_loss(ddp(x[rank * _B : (rank + 1) * _B]), y[rank * _B : (rank + 1) * _B]).backward()
+    except Exception as exc:  # noqa: BLE001 - the message is the result
+        message = f"{type(exc).__name__}: {exc}"
+    with open(os.path.join(outdir, f"fail{rank}.txt"), "w") as fh:
+        fh.write(f"{state.step}\n{message}")
 
 
 @pytest.mark.slow  # ~5 s
 def test_rank0_statistics_failure_on_rank0_raises_on_every_rank(tmp_path):
-    mp.spawn(_failing_worker, args=(2, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=2, join=True)
+    run_ranks(_failing_worker, 2, tmp_path, timeout_s=30, barrier=False)
     step0, msg0 = (tmp_path / "fail0.txt").read_text().split("\n", 1)
     step1, msg1 = (tmp_path / "fail1.txt").read_text().split("\n", 1)
     assert step0 == step1 == "2"

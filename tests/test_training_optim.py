@@ -6,16 +6,15 @@ from __future__ import annotations
 import copy
 import math
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import lab
 from lab.training.errors import TrainingError
 from lab.training.optim import SCAPE, AdamS, OptimizerConfigError, ScapeError
+from tests.gloo_support import run_ranks
 
 torch.set_num_threads(1)
 
@@ -406,55 +405,44 @@ def _model() -> torch.nn.Linear:
     return torch.nn.Linear(8, 4)
 
 
-def _worker(rank: int, world: int, init: str, outdir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        data = [(x[rank * _B : (rank + 1) * _B], y[rank * _B : (rank + 1) * _B]) for x, y in _data(_STEPS, world)]
-        out: dict[str, object] = {}
-        # dense AdamS on all_reduce-averaged gradients
+def _worker(rank: int, world: int, outdir: str) -> None:
+    data = [(x[rank * _B : (rank + 1) * _B], y[rank * _B : (rank + 1) * _B]) for x, y in _data(_STEPS, world)]
+    out: dict[str, object] = {}
+    # dense AdamS on all_reduce-averaged gradients
+    model = _model()
+    opt = AdamS(model.parameters(), lr=0.05, weight_decay=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad.div_(world)
+        opt.step()
+    out["adams"] = [p.detach().clone() for p in model.parameters()]
+    # SCAPE: plain backward on the local replica, SCAPE does the only gradient collective
+    for name, (kw, _) in _CONFIGS.items():
         model = _model()
-        opt = AdamS(model.parameters(), lr=0.05, weight_decay=0.1)
+        opt = SCAPE(model.parameters(), lr=0.05, weight_decay=0.1, **kw)
         for x, y in data:
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-                p.grad.div_(world)
             opt.step()
-        out["adams"] = [p.detach().clone() for p in model.parameters()]
-        # SCAPE: plain backward on the local replica, SCAPE does the only gradient collective
-        for name, (kw, _) in _CONFIGS.items():
-            model = _model()
-            opt = SCAPE(model.parameters(), lr=0.05, weight_decay=0.1, **kw)
-            for x, y in data:
-                opt.zero_grad()
-                torch.nn.functional.mse_loss(model(x), y).backward()
-                opt.step()
-            opt.synchronize()
-            out[name] = {
-                "params": [p.detach().clone() for p in model.parameters()],
-                "exp_avg": [opt.state[p]["exp_avg"].clone() for p in model.parameters()],
-                "masks": [opt.mask(p) for p in model.parameters()],
-                "stats": [s.as_dict() for s in opt.history],
-                "coverage": opt.mask_coverage(),
-                "world": opt.world_size,
-            }
-        torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        opt.synchronize()
+        out[name] = {
+            "params": [p.detach().clone() for p in model.parameters()],
+            "exp_avg": [opt.state[p]["exp_avg"].clone() for p in model.parameters()],
+            "masks": [opt.mask(p) for p in model.parameters()],
+            "stats": [s.as_dict() for s in opt.history],
+            "coverage": opt.mask_coverage(),
+            "world": opt.world_size,
+        }
+    torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
 
 
 @pytest.mark.slow  # 3.5 s alone, up to 13 s on the shared 2-core box (two processes import torch)
 def test_two_process_gloo_scape_replicas_identical_and_dense_adams_matches_single_process(tmp_path):
     world = 2
-    mp.spawn(_worker, args=(world, f"tcp://127.0.0.1:{_free_port()}", str(tmp_path)), nprocs=world, join=True)
+    run_ranks(_worker, world, tmp_path)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(world))
     data = _data(_STEPS, world)
 
