@@ -127,12 +127,15 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
     assert f"swapped in for pid {f.pid}" in view.table.value and f"{STEPS} / {STEPS}" in view.table.value
 
 
-def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):
-    # rank 1 dies inside its snapshot thread, between the parameter-shard and the moments copy of
-    # generation 5: its generation 5 is torn and never replicated (its peer holds 4). The survivors
-    # committed 5, so rank 1's shard of 5 is replayed from replica 4 plus the gradient its peer kept:
-    # 0 completed steps lost, bit-identical, nothing read from the torn buffer
-    out = run_resilient(_cfg(tmp_path, "torn", faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]), timeout=120)
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference, mode):
+    # rank 1 dies while taking its snapshot (in the training thread, or in the snapshot thread), between
+    # the parameter-shard and the moments copy of generation 5: its generation 5 is torn and never
+    # replicated (its peer holds 4). The survivors committed 5, so rank 1's shard of 5 is replayed from
+    # replica 4 plus the gradient its peer kept: 0 completed steps lost, bit-identical, nothing read from
+    # the torn buffer
+    out = run_resilient(_cfg(tmp_path, "torn", snapshot_mode=mode, faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]),
+                        timeout=120)
     [f] = out.failures
     assert f.kind == "killed" and f.restore == "memory"
     assert (f.generation, f.replayed, f.steps_lost) == (5, True, 0)
@@ -195,12 +198,12 @@ def test_trusted_replica_commit_is_still_refused_when_read():
         pp.get(3)
 
 
-def _snapshot_then_overwrite(device, use_stream):
+def _snapshot_then_overwrite(device, use_stream, snapshotter="thread"):
     """What a worker does: submit generation 1 of the live state, run on, wait for the copy only right
     before the 'optimizer step' overwrites the state in place; the committed generation must hold the
     values from before the overwrite."""
     from lab.training.resilience.snapshot import DeviceCopier
-    from lab.training.resilience.worker import Snapshotter
+    from lab.training.resilience.worker import InlineSnapshotter, Snapshotter
 
     copier = DeviceCopier(device, use_stream=use_stream)
     n = 1 << 20
@@ -208,7 +211,7 @@ def _snapshot_then_overwrite(device, use_stream):
     layout = {"state": torch.zeros(3 * n), "meta": torch.zeros(2, dtype=torch.int64)}
     local, replica = PingPong(layout, pin_memory=copier.pin_memory), PingPong(layout, pin_memory=copier.pin_memory)
     expected = torch.cat([shard, moments]).cpu()
-    snap = Snapshotter(local, replica, 0, 1, None, copier=copier)
+    snap = {"thread": Snapshotter, "inline": InlineSnapshotter}[snapshotter](local, replica, 0, 1, None, copier=copier)
     try:
         snap.submit(1, {"state": [shard, moments], "meta": torch.tensor([1, 1])})
         _ = (shard @ shard) + moments.sum()  # the next step's forward: reads only
@@ -224,8 +227,9 @@ def _snapshot_then_overwrite(device, use_stream):
     assert snap.generations == 1 and snap.cpu_s["copy"] >= 0
 
 
-def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu():
-    _snapshot_then_overwrite("cpu", use_stream=True)  # on the CPU the stream calls are no-ops
+@pytest.mark.parametrize("snapshotter", ["thread", "inline"])
+def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu(snapshotter):
+    _snapshot_then_overwrite("cpu", use_stream=True, snapshotter=snapshotter)  # on the CPU the stream calls are no-ops
 
 
 @pytest.mark.cuda

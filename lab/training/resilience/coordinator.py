@@ -143,6 +143,8 @@ class RunOutcome:
     iter_s: dict[int, float] = field(default_factory=dict)
     snapshot_cpu_s: dict[int, dict[str, float]] = field(default_factory=dict)
     snapshot_generations: dict[int, int] = field(default_factory=dict)
+    #: per worker, per step: the process's CPU seconds (user + system, all threads) over the loop iteration
+    iter_cpu_s: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 def _free_port() -> int:
@@ -330,7 +332,8 @@ class ResilientRun:
                         members=dict(self.members), snapshot_busy_s=out0["snapshot_busy_s"], wall_s=time.time() - self.t_start,
                         iter_s={int(k): v for k, v in out0["iter_s"].items()},
                         snapshot_cpu_s={w: d["snapshot_cpu_s"] for w, d in done.items()},
-                        snapshot_generations={w: d["snapshot_generations"] for w, d in done.items()})
+                        snapshot_generations={w: d["snapshot_generations"] for w, d in done.items()},
+                        iter_cpu_s={w: {int(k): v for k, v in d["iter_cpu_s"].items()} for w, d in done.items()})
                 dead = {w: self.procs[w].exitcode for w in workers if self.procs[w].exitcode is not None}
                 reports = self._keys(f"report/{epoch}", workers)
                 if not dead and not reports:
