@@ -13,15 +13,17 @@ only then commits ``(generation, checksum)``: a writer killed or failing at any 
 buffer uncommitted, while the other buffer still holds the previous committed generation. A torn
 buffer is therefore never returned by :meth:`PingPong.committed` or :meth:`PingPong.get`.
 
-Checksums are CRC-32 over the raw bytes of every tensor in layout order, computed with ISA-L
+Checksums are CRC-32 over a buffer's payload (its tensors back to back, in layout order, at 64-byte
+aligned offsets with zero padding: :attr:`HostBuffer.payload`), computed with ISA-L
 (:func:`isal.isal_zlib.crc32`: the same polynomial and values as :func:`zlib.crc32`, about 25 GB/s
 here against zlib's 2-4 GB/s, and it releases the GIL). On 2 cores shared by 4 ranks every cycle the
 snapshot thread spends is taken from training (there is no idle core to hide it on), so the checksum
 speed is the main term of the failure-free overhead (``benchmarks/resilience.py``).
 
 A layout entry may be filled from several sources (:meth:`PingPong.write` with a sequence of
-tensors): they are copied back to back into the one flat buffer, so a generation is one contiguous
-tensor per dtype, one checksum pass and one message to the peer.
+tensors): they are copied back to back into the entry's flat tensor. All entries are views into one
+byte buffer (:attr:`HostBuffer.wire`), so a generation is one checksum pass and, with its 16-byte
+header of generation and checksum, one message to the peer.
 
 :class:`DeviceCopier` does the copies: on CUDA on a side stream into pinned buffers, ordered after the
 optimizer step by an event and waited for by the next optimizer step with another event (the host is
@@ -39,7 +41,10 @@ from isal.isal_zlib import crc32
 
 from lab.training.errors import TrainingError
 
-__all__ = ["DeviceCopier", "HostBuffer", "PingPong", "SnapshotError", "checksum", "tensor_bytes"]
+__all__ = ["HEADER_BYTES", "DeviceCopier", "HostBuffer", "PingPong", "SnapshotError", "checksum", "tensor_bytes"]
+
+HEADER_BYTES = 16  #: a buffer's wire header: generation and CRC-32 as two int64
+_ALIGN = 64  # each tensor of a layout starts at a multiple of this many bytes of the payload
 
 
 class SnapshotError(TrainingError):
@@ -75,7 +80,11 @@ class HostBuffer:
     Attributes
     ----------
     tensors : dict of str to torch.Tensor
-        Preallocated CPU tensors (pinned when the snapshot is of CUDA tensors).
+        Preallocated CPU tensors (pinned when the snapshot is of CUDA tensors): views into ``wire``.
+    wire : torch.Tensor or None
+        ``(HEADER_BYTES + payload,)`` uint8: a header ``(generation, crc)`` as two int64, then every
+        tensor of the layout at a 64-byte aligned offset. The whole generation is one message to the
+        peer and one checksum pass.
     generation : int or None
         The committed generation, None while empty or being written.
     crc : int or None
@@ -86,10 +95,33 @@ class HostBuffer:
     generation: int | None = None
     crc: int | None = None
     writing: int | None = None
+    wire: torch.Tensor | None = None
+
+    @property
+    def payload(self) -> torch.Tensor | None:
+        """The bytes the tensors live in (``wire`` after its header), or None for loose tensors."""
+        return None if self.wire is None else self.wire[HEADER_BYTES:]
+
+    def compute_crc(self) -> int:
+        """CRC-32 of the buffer's bytes: one pass over :attr:`payload` (the layout's tensors back to back,
+        zero padding between them), or :func:`checksum` of loose tensors."""
+        if self.wire is None:
+            return checksum(self.tensors)
+        return crc32(tensor_bytes(self.payload))
+
+    def set_header(self, generation: int, crc: int) -> None:
+        """Write ``(generation, crc)`` into the first :data:`HEADER_BYTES` of :attr:`wire` (outside the
+        checksummed payload), so one message carries a generation and its checksum."""
+        self.wire[:HEADER_BYTES].view(torch.int64).copy_(torch.tensor([generation, crc], dtype=torch.int64))
+
+    def header(self) -> tuple[int, int]:
+        """``(generation, crc)`` from :attr:`wire`'s header (what a received message says it holds)."""
+        g, c = self.wire[:HEADER_BYTES].view(torch.int64).tolist()
+        return int(g), int(c)
 
     def verify(self) -> bool:
         """True when the buffer is committed and its bytes still match the committed checksum."""
-        return self.generation is not None and self.crc is not None and checksum(self.tensors) == self.crc
+        return self.generation is not None and self.crc is not None and self.compute_crc() == self.crc
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
@@ -113,12 +145,23 @@ class PingPong:
     lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        def alloc(t: torch.Tensor) -> torch.Tensor:
-            # pinned buffers are zero-filled too: identical bytes whatever the allocator hands out
-            out = torch.zeros(t.shape, dtype=t.dtype, device="cpu")
-            return out.pin_memory() if self.pin_memory else out
+        offsets, end = {}, 0
+        for name, t in self.layout.items():
+            offsets[name] = end
+            end += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
 
-        self.buffers = [HostBuffer({k: alloc(v) for k, v in self.layout.items()}) for _ in range(2)]
+        def alloc() -> HostBuffer:
+            # zero-filled (pinned too): the padding has the same bytes on every rank, whatever the allocator hands out
+            wire = torch.zeros(HEADER_BYTES + end, dtype=torch.uint8)
+            if self.pin_memory:
+                wire = wire.pin_memory()
+            tensors = {}
+            for name, t in self.layout.items():
+                a = HEADER_BYTES + offsets[name]
+                tensors[name] = wire[a:a + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            return HostBuffer(tensors, wire=wire)
+
+        self.buffers = [alloc() for _ in range(2)]
 
     # ------------------------------------------------------------------ writing
     def begin(self, generation: int) -> HostBuffer:
@@ -143,7 +186,7 @@ class PingPong:
         if crc is not None and trust:
             actual = int(crc)
         else:
-            actual = checksum(buf.tensors)
+            actual = buf.compute_crc()
             if crc is not None and actual != crc:
                 with self.lock:
                     buf.writing = None

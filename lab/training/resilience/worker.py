@@ -208,16 +208,13 @@ class Snapshotter:
         """Send ``buf`` (generation ``gen``, with its CRC) to the successor and receive the predecessor's
         same generation into the replica: every message posted at once, one wait."""
         nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
-        header = torch.tensor([gen, buf.crc], dtype=torch.int64)
-        incoming = torch.full((2,), -1, dtype=torch.int64)
         dst = self.replica.begin(gen)  # every rank snapshots the same generations
-        reqs = [dist.isend(header, nxt, group=self.group, tag=1), dist.irecv(incoming, prv, group=self.group, tag=1)]
-        for i, name in enumerate(buf.tensors):
-            reqs.append(dist.isend(buf.tensors[name], nxt, group=self.group, tag=10 + i))
-            reqs.append(dist.irecv(dst.tensors[name], prv, group=self.group, tag=10 + i))
+        buf.set_header(gen, buf.crc)
+        dst.set_header(-1, -1)
+        reqs = [dist.isend(buf.wire, nxt, group=self.group, tag=1), dist.irecv(dst.wire, prv, group=self.group, tag=1)]
         for r in reqs:
             r.wait()
-        rgen, rcrc = int(incoming[0]), int(incoming[1])
+        rgen, rcrc = dst.header()
         if rgen != gen:
             raise SnapshotError(f"rank {self.rank}: rank {prv} replicated generation {rgen} while {gen} was expected")
         if self.alive:
@@ -259,7 +256,7 @@ class InlineSnapshotter:
         self.busy_s = 0.0
         self.cpu_s = {"copy": 0.0, "crc": 0.0, "replicate": 0.0}
         self.generations = 0
-        self._posted: tuple[int, list, torch.Tensor, Any] | None = None  # (generation, works, header, replica buffer)
+        self._posted: tuple[int, list, Any] | None = None  # (generation, works, replica buffer)
 
     def _between(self, gen: int):
         fired = []
@@ -296,21 +293,18 @@ class InlineSnapshotter:
 
     def _post(self, gen: int, buf) -> None:
         nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
-        header = torch.tensor([gen, buf.crc], dtype=torch.int64)
-        incoming = torch.full((2,), -1, dtype=torch.int64)
         dst = self.replica.begin(gen)  # every rank snapshots the same generations
-        works = [dist.isend(header, nxt, group=self.group, tag=1), dist.irecv(incoming, prv, group=self.group, tag=1)]
-        for i, name in enumerate(buf.tensors):
-            works.append(dist.isend(buf.tensors[name], nxt, group=self.group, tag=10 + i))
-            works.append(dist.irecv(dst.tensors[name], prv, group=self.group, tag=10 + i))
-        self._posted = (gen, works, incoming, dst)
+        buf.set_header(gen, buf.crc)
+        dst.set_header(-1, -1)
+        works = [dist.isend(buf.wire, nxt, group=self.group, tag=1), dist.irecv(dst.wire, prv, group=self.group, tag=1)]
+        self._posted = (gen, works, dst)
 
     def _settle(self, timeout: float | None) -> None:
         """Wait for the posted replication and commit the received replica; with ``timeout`` (the
         failure path) a transfer that does not complete in time, or fails, is dropped uncommitted."""
         if self._posted is None:
             return
-        gen, works, incoming, dst = self._posted
+        gen, works, dst = self._posted
         self._posted = None
         try:
             for w in works:
@@ -322,7 +316,7 @@ class InlineSnapshotter:
             if timeout is None:
                 raise
             return
-        rgen, rcrc = int(incoming[0]), int(incoming[1])
+        rgen, rcrc = dst.header()
         if rgen != gen:
             raise SnapshotError(f"rank {self.rank}: rank {(self.rank - 1) % self.world_size} replicated generation "
                                 f"{rgen} while {gen} was expected")
