@@ -1,7 +1,6 @@
 """Hot-swap fault tolerance (PHOENIX re-implementation) against restart-the-world checkpointing.
 
-    python -m benchmarks.resilience --out FILE.json [--part all|phoenix|overhead|snapshot_mode|kills|restart|torchft]
-                                    [--trials 10] [--repeats 3]
+    python -m benchmarks.resilience --out FILE.json [--part all|phoenix|overhead|kills|restart|torchft] [--trials 10]
 
 All methods train the character-level GPT of :mod:`lab.training` on the Shakespeare plays, 4 data-parallel
 ranks on gloo (this machine's 2 shared CPU cores), same batches, learning-rate schedule and AdamW
@@ -71,7 +70,7 @@ def _train_kw(size: str, steps: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- phoenix
-def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, mode: str = "auto", tag: str = "") -> dict:
+def phoenix_overhead(size: str, steps: int, block: int, workdir: Path) -> dict:
     """Same-run overhead: protection alternates on/off in blocks of ``block`` steps (on first). A step's
     time is its whole loop iteration, start to start (forward, backward, gradient all-reduce, optimizer,
     all-gather, snapshot hand-off, loss all-reduce); the first step of each block is left out (the
@@ -84,12 +83,12 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, mode: str
     ``process_cpu_ms_per_step``: each rank's whole-process CPU time (user + system: every thread,
     gloo's transport threads and the kernel's loopback copies included) per step in the on and off
     blocks, mean over ranks; ``predicted_overhead_process_cpu`` = ranks x (on - off) / (cores x off
-    step time), the overhead if every extra CPU second of every rank delays the step (no idle core). ``mode``: the
-    ``snapshot_mode`` (``"auto"``: inline on the CPU); ``ratios``: every block pair's on / off - 1."""
+    step time), the overhead if every extra CPU second of every rank delays the step (no idle core).
+    ``ratios``: every block pair's on / off - 1."""
     from lab.training.resilience import ResilienceConfig, run_resilient
 
-    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}{tag}", spares=1, protect="alternate", block_steps=block,
-                           snapshot_mode=mode, **_train_kw(size, steps))
+    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}", spares=1, protect="alternate", block_steps=block,
+                           **_train_kw(size, steps))
     out = run_resilient(cfg, timeout=900)
     def block_pairs(t: dict[int, float]) -> list[tuple[float, float]]:
         blocks = []  # (protected, mean over the block's steps) per block, in order
@@ -128,35 +127,7 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, mode: str
             "predicted_overhead_process_cpu": predicted_cpu,
             "cores": cores, "snapshot_thread_busy_s": out.snapshot_busy_s,
             "peak_rss_mb_per_rank": {str(w): kb / 1024 for w, kb in out.maxrss_kb.items()},
-            "param_sha256": out.param_sha256, "steps": steps, "snapshot_mode": mode, "ratios": ratios}
-
-
-def snapshot_mode_comparison(size: str, repeats: int, workdir: Path) -> dict:
-    """The snapshot thread against the inline snapshot, on the same model and machine: ``repeats`` runs
-    of :func:`phoenix_overhead` per mode, the modes alternating run by run (thread first) so that a
-    drift in the machine's load falls on both. Per mode: each run's overhead, the mean over runs and a
-    bootstrap 95% CI over every block pair of every run; ``inline_minus_thread`` with a bootstrap CI
-    over the runs' paired differences (run i of each mode are neighbours in time)."""
-    runs = {"thread": [], "inline": []}
-    for i in tqdm(range(repeats), desc=f"snapshot thread vs inline ({size})"):
-        for mode in ("thread", "inline"):
-            runs[mode].append(phoenix_overhead(size, OVERHEAD_STEPS[size], 5, workdir, mode=mode, tag=f"_{mode}{i}"))
-    out = {}
-    for mode, rs in runs.items():
-        pooled = [r for run in rs for r in run["ratios"]]
-        out[mode] = {"overhead_per_run": [run["overhead"] for run in rs], "overhead": float(np.mean([run["overhead"] for run in rs])),
-                     "overhead_ci95": _ci(pooled), "block_pairs": len(pooled),
-                     "step_s_off": float(np.mean([run["step_s_off"] for run in rs])),
-                     "step_s_on": float(np.mean([run["step_s_on"] for run in rs])),
-                     "process_cpu_ms_delta_per_step": float(np.mean([run["process_cpu_ms_per_step"]["delta"] for run in rs])),
-                     "predicted_overhead_process_cpu": float(np.mean([run["predicted_overhead_process_cpu"] for run in rs])),
-                     "snapshot_cpu_ms_per_generation": {k: float(np.mean([run["snapshot_cpu_ms_per_generation"][k] for run in rs]))
-                                                        for k in ("copy", "crc", "replicate")},
-                     "param_sha256": sorted({run["param_sha256"] for run in rs})}
-    diffs = [a["overhead"] - b["overhead"] for a, b in zip(runs["inline"], runs["thread"])]
-    out["inline_minus_thread"] = {"mean": float(np.mean(diffs)), "ci95": _ci(diffs), "per_run": diffs}
-    out.update(size=size, repeats=repeats, steps=OVERHEAD_STEPS[size], block_steps=5)
-    return out
+            "param_sha256": out.param_sha256, "steps": steps, "ratios": ratios}
 
 
 def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
@@ -399,9 +370,7 @@ def torchft_method(trials: int, workdir: Path, seed: int, plain_step_s: float | 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--part", default="all",
-                    choices=["all", "profile", "phoenix", "overhead", "snapshot_mode", "kills", "restart", "torchft"])
-    ap.add_argument("--repeats", type=int, default=3, help="snapshot_mode: runs per mode")
+    ap.add_argument("--part", default="all", choices=["all", "profile", "phoenix", "overhead", "kills", "restart", "torchft"])
     ap.add_argument("--trials", type=int, default=10, help="kills per method (phoenix: per point of the step)")
     ap.add_argument("--kill-sizes", default="base,large", help="phoenix kill runs: comma-separated SIZES keys")
     ap.add_argument("--steps", type=int, default=60)
@@ -425,8 +394,6 @@ def main(argv=None) -> int:
         result["phoenix_overhead_by_size"] = sizes
         if "phoenix" in methods:
             methods["phoenix"].update(overhead=sizes["base"]["overhead"], overhead_ci95=sizes["base"]["overhead_ci95"])
-    if args.part in ("all", "snapshot_mode"):
-        result["snapshot_mode"] = snapshot_mode_comparison("base", args.repeats, workdir)
     if args.part in ("all", "phoenix", "kills"):
         kills = result.setdefault("phoenix_kills", {})
         for size in tqdm(args.kill_sizes.split(","), desc="phoenix kills"):

@@ -127,15 +127,12 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
     assert f"swapped in for pid {f.pid}" in view.table.value and f"{STEPS} / {STEPS}" in view.table.value
 
 
-@pytest.mark.parametrize("mode", ["inline", "thread"])
-def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference, mode):
-    # rank 1 dies while taking its snapshot (in the training thread, or in the snapshot thread), between
-    # the parameter-shard and the moments copy of generation 5: its generation 5 is torn and never
-    # replicated (its peer holds 4). The survivors committed 5, so rank 1's shard of 5 is replayed from
-    # replica 4 plus the gradient its peer kept: 0 completed steps lost, bit-identical, nothing read from
-    # the torn buffer
-    out = run_resilient(_cfg(tmp_path, "torn", snapshot_mode=mode, faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]),
-                        timeout=120)
+def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):
+    # rank 1 dies inside its snapshot thread, between the parameter-shard and the moments copy of
+    # generation 5: its generation 5 is torn and never replicated (its peer holds 4). The survivors
+    # committed 5, so rank 1's shard of 5 is replayed from replica 4 plus the gradient its peer kept:
+    # 0 completed steps lost, bit-identical, nothing read from the torn buffer
+    out = run_resilient(_cfg(tmp_path, "torn", faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]), timeout=120)
     [f] = out.failures
     assert f.kind == "killed" and f.restore == "memory"
     assert (f.generation, f.replayed, f.steps_lost) == (5, True, 0)
@@ -198,12 +195,67 @@ def test_trusted_replica_commit_is_still_refused_when_read():
         pp.get(3)
 
 
-def _snapshot_then_overwrite(device, use_stream, snapshotter="thread"):
+def test_a_generation_is_one_message_with_its_header():
+    layout = {"state": torch.zeros(7), "meta": torch.zeros(2, dtype=torch.int64), "rng": torch.zeros(5, dtype=torch.uint8)}
+    sender, receiver = PingPong(layout), PingPong(layout)
+    buf = sender.write(6, {"state": torch.arange(7.0), "meta": torch.tensor([6, 6]), "rng": torch.arange(5, dtype=torch.uint8)})
+    # every tensor is a view into the wire, 64-byte aligned after the 16-byte header
+    base = buf.wire.data_ptr()
+    assert [t.data_ptr() - base for t in buf.tensors.values()] == [16, 16 + 64, 16 + 128]
+    assert buf.wire.numel() == 16 + 3 * 64 and buf.crc == buf.compute_crc()
+    buf.set_header(6, buf.crc)
+    dst = receiver.begin(6)
+    dst.wire.copy_(buf.wire)  # the transfer
+    assert dst.header() == (6, buf.crc)
+    receiver.commit(dst, 6, dst.header()[1])  # checked against the sender's CRC
+    assert torch.equal(receiver.get(6).tensors["state"], torch.arange(7.0))
+    dst.wire[16 + 40] = 1  # a padding byte is checksummed too: a damaged message is refused when read
+    with pytest.raises(SnapshotError, match="generation 6 fails its CRC-32"):
+        receiver.get(6)
+    bad = receiver.begin(7)
+    bad.wire.copy_(buf.wire)
+    bad.payload[0] ^= 0xFF
+    with pytest.raises(SnapshotError, match="received bytes have CRC-32"):
+        receiver.commit(bad, 7, buf.crc)
+    assert receiver.committed() == [6]
+
+
+def _replicate_body(rank: int, world: int, outdir: str) -> None:
+    """Two ranks, the snapshot thread on the default group: generations 1..3, each one message to the peer."""
+    import torch.distributed as dist
+
+    from lab.training.resilience.worker import Snapshotter
+
+    layout = {"state": torch.zeros(1000), "meta": torch.zeros(2, dtype=torch.int64)}
+    local, replica = PingPong(layout), PingPong(layout)
+    snap = Snapshotter(local, replica, rank, world, dist.group.WORLD)
+    try:
+        for g in (1, 2, 3):
+            snap.submit(g, {"state": torch.full((1000,), 10.0 * rank + g), "meta": torch.tensor([g, g])})
+            snap.wait_copied()
+            snap.drain(30)
+            assert replica.committed() == ([g - 1, g] if g > 1 else [1])
+    finally:
+        snap.stop()
+    peer = (rank - 1) % world
+    assert replica.committed() == [2, 3] and snap.generations == 3
+    assert torch.equal(replica.get(3).tensors["state"], torch.full((1000,), 10.0 * peer + 3))  # CRC verified
+    torch.save({"ok": True}, f"{outdir}/rank{rank}.pt")
+
+
+def test_snapshotter_replicates_each_generation_to_the_peer(tmp_path):
+    from tests.gloo_support import run_ranks
+
+    run_ranks(_replicate_body, 2, tmp_path)
+    assert all((tmp_path / f"rank{r}.pt").is_file() for r in range(2))
+
+
+def _snapshot_then_overwrite(device, use_stream):
     """What a worker does: submit generation 1 of the live state, run on, wait for the copy only right
     before the 'optimizer step' overwrites the state in place; the committed generation must hold the
     values from before the overwrite."""
     from lab.training.resilience.snapshot import DeviceCopier
-    from lab.training.resilience.worker import InlineSnapshotter, Snapshotter
+    from lab.training.resilience.worker import Snapshotter
 
     copier = DeviceCopier(device, use_stream=use_stream)
     n = 1 << 20
@@ -211,7 +263,7 @@ def _snapshot_then_overwrite(device, use_stream, snapshotter="thread"):
     layout = {"state": torch.zeros(3 * n), "meta": torch.zeros(2, dtype=torch.int64)}
     local, replica = PingPong(layout, pin_memory=copier.pin_memory), PingPong(layout, pin_memory=copier.pin_memory)
     expected = torch.cat([shard, moments]).cpu()
-    snap = {"thread": Snapshotter, "inline": InlineSnapshotter}[snapshotter](local, replica, 0, 1, None, copier=copier)
+    snap = Snapshotter(local, replica, 0, 1, None, copier=copier)
     try:
         snap.submit(1, {"state": [shard, moments], "meta": torch.tensor([1, 1])})
         _ = (shard @ shard) + moments.sum()  # the next step's forward: reads only
@@ -227,9 +279,8 @@ def _snapshot_then_overwrite(device, use_stream, snapshotter="thread"):
     assert snap.generations == 1 and snap.cpu_s["copy"] >= 0
 
 
-@pytest.mark.parametrize("snapshotter", ["thread", "inline"])
-def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu(snapshotter):
-    _snapshot_then_overwrite("cpu", use_stream=True, snapshotter=snapshotter)  # on the CPU the stream calls are no-ops
+def test_snapshot_copy_is_ordered_before_the_next_optimizer_step_cpu():
+    _snapshot_then_overwrite("cpu", use_stream=True)  # on the CPU the stream calls are no-ops
 
 
 @pytest.mark.cuda

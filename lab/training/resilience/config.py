@@ -60,12 +60,6 @@ class ResilienceConfig(BaseModel):
     protect : {"on", "off", "alternate"}
         Per-step in-memory snapshots on, off, or alternating in blocks of ``block_steps`` steps (on
         first): the benchmark's same-run overhead measurement.
-    snapshot_mode : {"auto", "thread", "inline"}
-        Who takes the per-step snapshot: a background :class:`~lab.training.resilience.worker.Snapshotter`
-        thread, or the training thread itself with the replication left to gloo's transport threads
-        (:class:`~lab.training.resilience.worker.InlineSnapshotter`). ``"auto"``: the thread when the
-        state is on CUDA (its copy is asynchronous on a side stream), inline on the CPU (the thread's GIL
-        hand-offs cost more than the 0.2 ms copy and checksum; ``benchmarks/resilience.py``).
     disk_interval : int
         Synchronous disk checkpoint every this many steps (0: never): the fallback when a replica is
         corrupt or missing.
@@ -104,7 +98,6 @@ class ResilienceConfig(BaseModel):
     seed: int = Field(default=0, ge=0)
     protect: Literal["on", "off", "alternate"] = "on"
     block_steps: int = Field(default=10, ge=1)
-    snapshot_mode: Literal["auto", "thread", "inline"] = "auto"
     disk_interval: int = Field(default=0, ge=0)
     timeout_s: float = Field(default=10.0, gt=0)
     grace_s: float = Field(default=3.0, gt=0)

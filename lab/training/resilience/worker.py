@@ -47,7 +47,7 @@ import torch.distributed as dist
 from lab.training.resilience.config import FaultPlan, ResilienceConfig
 from lab.training.resilience.snapshot import DeviceCopier, PingPong, SnapshotError
 
-__all__ = ["InlineSnapshotter", "Snapshotter", "TransientCollectiveError", "worker_main"]
+__all__ = ["Snapshotter", "TransientCollectiveError", "worker_main"]
 
 _SNAP_NAMES = ("state", "meta", "rng")
 
@@ -219,124 +219,6 @@ class Snapshotter:
             raise SnapshotError(f"rank {self.rank}: rank {prv} replicated generation {rgen} while {gen} was expected")
         if self.alive:
             self.replica.commit(dst, gen, rcrc, trust=True)
-
-
-class InlineSnapshotter:
-    """The same per-step snapshot as :class:`Snapshotter`, done by the training thread itself, with the
-    replication left to gloo's own transport threads (no Python thread, so no GIL hand-off).
-
-    The interface is :class:`Snapshotter`'s (``submit``, ``wait_copied``, ``drain``, ``stop``,
-    ``raise_error``, ``cpu_s``, ``busy_s``, ``generations``); what differs is who does the work:
-
-    * :meth:`submit` ``(g)``, right after optimizer step ``g``: waits for generation ``g - 1``'s
-      replication (posted a whole step earlier, so it has long arrived) and commits the replica
-      received with it; copies the live state into the local buffer ``g % 2`` and computes its
-      CRC-32 and commits it (``copy`` and ``crc`` in :attr:`cpu_s`); then posts generation ``g``'s
-      ``isend`` to the successor and ``irecv`` from the predecessor and returns. The bytes travel while
-      the next step computes, in gloo's C++ transport threads, which hold no GIL.
-    * :meth:`wait_copied` has nothing to wait for: the copy is done when :meth:`submit` returns.
-    * :meth:`drain` and :meth:`stop` wait for the posted replication (at most ``timeout`` s) and commit
-      what arrived whole; a transfer that fails (its peer died mid-message) leaves that replica
-      generation uncommitted, so a torn replica is never committed.
-
-    Why (``benchmarks/resilience.py``, ``snapshot_mode``): on 2 cores shared by 4 ranks the thread of
-    :class:`Snapshotter` costs more than its work. It spent 1.6 ms of CPU per generation on a 127 ms
-    step, yet steps with protection on took 8% longer, because each of its 4 to 5 GIL acquisitions per
-    step has to wait for the training thread to give the GIL up and then for a core. The copy itself is
-    a memcpy of 1.3 MB, 0.16 ms, 0.1% of the step. On CUDA the copy is asynchronous on a side stream and
-    the checksum has to wait for it, so the thread stays the default there (``snapshot_mode="auto"``).
-    """
-
-    def __init__(self, local: PingPong, replica: PingPong, rank: int, world_size: int, group: Any, fault=None,
-                 copier: DeviceCopier | None = None):
-        self.local, self.replica = local, replica
-        self.rank, self.world_size, self.group, self.fault = rank, world_size, group, fault
-        self.copier = copier or DeviceCopier("cpu")
-        self.error: BaseException | None = None
-        self.busy_s = 0.0
-        self.cpu_s = {"copy": 0.0, "crc": 0.0, "replicate": 0.0}
-        self.generations = 0
-        self._posted: tuple[int, list, Any] | None = None  # (generation, works, replica buffer)
-
-    def _between(self, gen: int):
-        fired = []
-
-        def hook(name: str) -> None:
-            if not fired and self.fault is not None:
-                fired.append(name)
-                self.fault(gen, "copy")
-        return hook
-
-    def submit(self, generation: int, sources: dict[str, Any]) -> None:
-        """Snapshot generation ``generation`` now (copy, checksum, commit) and post its replication;
-        ``sources`` as for :meth:`Snapshotter.submit`."""
-        self.raise_error()
-        t0, c0 = time.perf_counter(), time.thread_time()
-        self._settle(None)
-        c1 = time.thread_time()
-        self.copier.begin(self.copier.mark_ready())
-        buf = self.local.copy(generation, sources, between=self._between(generation), copier=self.copier)
-        self.copier.synchronize(self.copier.end())
-        c2 = time.thread_time()
-        self.local.commit(buf, generation)
-        c3 = time.thread_time()
-        if self.group is not None and self.world_size > 1:
-            if self.fault is not None:
-                self.fault(generation, "send")
-            self._post(generation, buf)
-        c4 = time.thread_time()
-        self.cpu_s["replicate"] += (c1 - c0) + (c4 - c3)
-        self.cpu_s["copy"] += c2 - c1
-        self.cpu_s["crc"] += c3 - c2
-        self.generations += 1
-        self.busy_s += time.perf_counter() - t0
-
-    def _post(self, gen: int, buf) -> None:
-        nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
-        dst = self.replica.begin(gen)  # every rank snapshots the same generations
-        buf.set_header(gen, buf.crc)
-        dst.set_header(-1, -1)
-        works = [dist.isend(buf.wire, nxt, group=self.group, tag=1), dist.irecv(dst.wire, prv, group=self.group, tag=1)]
-        self._posted = (gen, works, dst)
-
-    def _settle(self, timeout: float | None) -> None:
-        """Wait for the posted replication and commit the received replica; with ``timeout`` (the
-        failure path) a transfer that does not complete in time, or fails, is dropped uncommitted."""
-        if self._posted is None:
-            return
-        gen, works, dst = self._posted
-        self._posted = None
-        try:
-            for w in works:
-                if timeout is None:
-                    w.wait()
-                else:
-                    w.wait(timedelta(seconds=timeout))
-        except Exception:
-            if timeout is None:
-                raise
-            return
-        rgen, rcrc = dst.header()
-        if rgen != gen:
-            raise SnapshotError(f"rank {self.rank}: rank {(self.rank - 1) % self.world_size} replicated generation "
-                                f"{rgen} while {gen} was expected")
-        self.replica.commit(dst, gen, rcrc, trust=True)
-
-    def wait_copied(self) -> None:
-        """Nothing to wait for (the copy finished in :meth:`submit`); raises a snapshot error, if any."""
-        self.raise_error()
-
-    def raise_error(self) -> None:
-        if self.error is not None:
-            raise RuntimeError(f"snapshot of rank {self.rank} failed: {self.error}") from self.error
-
-    def drain(self, timeout: float) -> None:
-        """Wait (up to ``timeout`` s) for the posted replication and commit it."""
-        self._settle(timeout)
-
-    def stop(self, timeout: float = 1.0) -> None:
-        """Settle the posted replication (up to ``timeout`` s); an incomplete one stays uncommitted."""
-        self._settle(timeout)
 
 
 class _Worker:
@@ -580,9 +462,7 @@ class _Worker:
         plo, phi = pred * self.shard_len, (pred + 1) * self.shard_len
         self.pred_grad_steps = [None, None]
         shards = list(self.flat.split(self.shard_len))
-        inline = cfg.snapshot_mode == "inline" or (cfg.snapshot_mode == "auto" and self.copier.stream is None)
-        snap = (InlineSnapshotter if inline else Snapshotter)(self.local, self.replica, rank, n, snap_group,
-                                                              fault=self._snapshot_fault, copier=self.copier)
+        snap = Snapshotter(self.local, self.replica, rank, n, snap_group, fault=self._snapshot_fault, copier=self.copier)
         self.snap = snap
         step_times, iter_times, iter_cpu, protected, losses = {}, {}, {}, {}, {}
         t_prev = c_prev = None
