@@ -47,6 +47,9 @@ def test_overhead_is_measured_at_three_sizes_with_cis_and_its_cpu_accounted():
         lo, hi = s["overhead_ci95"]
         assert lo <= s["overhead"] <= hi and s["block_pairs"] >= 5, name
         assert s["predicted_overhead"] > 0 and set(s["snapshot_cpu_ms_per_generation"]) == {"copy", "crc", "replicate"}
+        cpu = s["process_cpu_ms_per_step"]  # the whole process's CPU, on minus off, and the overhead it predicts
+        assert abs(cpu["on"] - cpu["off"] - cpu["delta"]) < 1e-9 and s["predicted_overhead_process_cpu"] > 0, name
+        assert len(s["ratios"]) == s["block_pairs"], name
     assert result["methods"]["phoenix"]["overhead"] == sizes["base"]["overhead"]
     for name, p in result["snapshot_cpu_profile"].items():  # the current recipe costs less CPU than the former
         assert p["after_total_ms"] < p["before_total_ms"], name
