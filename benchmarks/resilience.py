@@ -169,6 +169,60 @@ def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
             "peak_rss_mb_per_rank": {str(w): kb / 1024 for w, kb in out.maxrss_kb.items()}, "wall_s": out.wall_s}
 
 
+def _exchange_worker(rank: int, port: int, nbytes: int, reps: int, out_path: str) -> None:
+    import resource
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        x, y = torch.randint(0, 255, (nbytes,), dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8)
+
+        def exchange():
+            works = [dist.isend(x, 1 - rank, tag=1), dist.irecv(y, 1 - rank, tag=1)]
+            for w in works:
+                w.wait()
+
+        for _ in range(5):
+            exchange()
+        dist.barrier()
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        for _ in range(reps):
+            exchange()
+        r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        if rank == 0:
+            Path(out_path).write_text(json.dumps({"wall_ms": 1e3 * (t1 - t0) / reps, "user_ms": 1e3 * (r1.ru_utime - r0.ru_utime) / reps,
+                                                  "system_ms": 1e3 * (r1.ru_stime - r0.ru_stime) / reps}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def replica_exchange_cost(size: str, reps: int = 200) -> dict:
+    """The CPU one rank spends on one replica exchange outside the snapshot thread's clock: two processes
+    send each other one generation's bytes (the size's ``[shard | moments]`` buffer, as the snapshot
+    thread does: one ``isend`` and one ``irecv`` on gloo over loopback TCP), ``reps`` times. Per exchange:
+    wall time and rank 0's process CPU, user (gloo's threads) and system (the kernel's TCP copies)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from lab.training.model import GPT, GPTConfig
+
+    n_params = GPT(GPTConfig(vocab_size=70, **SIZES[size])).num_parameters()
+    nbytes = 4 * 3 * (-(-n_params // 4))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "exchange.json"
+        mp.spawn(_exchange_worker, args=(port, nbytes, reps, str(out)), nprocs=2, join=True)
+        res = json.loads(out.read_text())
+    return {"size": size, "bytes": nbytes, "reps": reps, **res}
+
+
 def snapshot_profile(size: str, reps: int = 30) -> dict:
     """Single-process CPU cost of one rank's snapshot work per generation (4 ranks' layout), by part, for
     the recipe this package used before and the one it uses now (no training, no network: what the
@@ -387,6 +441,7 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="resilience-bench-"))
     if args.part in ("all", "profile", "overhead", "phoenix"):
         result["snapshot_cpu_profile"] = {size: snapshot_profile(size) for size in SIZES}
+        result["replica_exchange_cost"] = {size: replica_exchange_cost(size) for size in tqdm(SIZES, desc="replica exchange cost")}
     if args.part in ("all", "overhead", "phoenix"):
         sizes = {}
         for size in tqdm(SIZES, desc="phoenix overhead by size"):

@@ -51,5 +51,7 @@ def test_overhead_is_measured_at_three_sizes_with_cis_and_its_cpu_accounted():
         assert abs(cpu["on"] - cpu["off"] - cpu["delta"]) < 1e-9 and s["predicted_overhead_process_cpu"] > 0, name
         assert len(s["ratios"]) == s["block_pairs"], name
     assert result["methods"]["phoenix"]["overhead"] == sizes["base"]["overhead"]
+    for name, x in result["replica_exchange_cost"].items():  # the replica's transfer, outside the thread's clock
+        assert x["bytes"] == sizes[name]["snapshot_bytes_per_rank"] and x["user_ms"] + x["system_ms"] > 0, name
     for name, p in result["snapshot_cpu_profile"].items():  # the current recipe costs less CPU than the former
         assert p["after_total_ms"] < p["before_total_ms"], name
