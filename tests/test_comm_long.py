@@ -1,0 +1,47 @@
+"""benchmarks.comm_long: the committed tuning read as the long runs' settings, and the gap table by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import comm_long
+
+
+def _tuning(tmp_path):
+    def entry(v, lr, kw):
+        return {"best_variant": v, "best_lr": lr, "variants": {v: {"optimizer_kwargs": kw}, "other": {"optimizer_kwargs": {}}}}
+
+    path = tmp_path / "comm.json"
+    path.write_text(json.dumps({"training_detail": {"tuning": {
+        "adams": entry("beta1_0.7", 1e-3, {"betas": [0.7, 0.95]}),
+        "scape90": entry("random", 1.2e-2, {"explore": 1.0, "mask_sync": "local"}),
+        "scape99": entry("explore", 3.2e-2, {"explore": 0.2, "betas": [0.5, 0.95]})}}}))
+    return path
+
+
+def test_settings_are_the_committed_tuned_ones(tmp_path):
+    m = comm_long._committed_methods(_tuning(tmp_path), warmup_steps=300)
+    assert list(m) == ["adams", "scape90", "scape99", "scape99_warmup"]
+    assert (m["adams"]["optimizer"], m["adams"]["lr"], m["adams"]["optimizer_kwargs"]) == ("adams", 1e-3, {"betas": (0.7, 0.95)})
+    assert m["scape90"]["optimizer_kwargs"] == {"sparsity": 0.9, "explore": 1.0, "mask_sync": "local"}
+    assert m["scape99_warmup"]["optimizer_kwargs"] == {**m["scape99"]["optimizer_kwargs"], "sparsity_warmup": 300}
+    assert m["scape99_warmup"]["lr"] == m["scape99"]["lr"] == 3.2e-2
+    assert "variant explore, lr 0.032" in m["scape99"]["source"]
+    with pytest.raises(FileNotFoundError, match="--part training"):
+        comm_long._committed_methods(tmp_path / "missing.json", 300)
+
+
+def test_gap_is_paired_by_seed_by_hand():
+    val = {"adams": {0: {250: 2.0, 500: 1.6}, 1: {250: 2.2, 500: 1.8}},
+           "scape99": {0: {250: 2.2, 500: 1.68}, 1: {250: 2.42, 500: 1.8}}}
+    out = comm_long.summarize(val, [0, 1])
+    assert out["checkpoints"] == [250, 500]
+    assert out["val_loss"]["scape99"]["500"] == [1.68, 1.8]
+    g250, g500 = out["gap"]["scape99"]["250"], out["gap"]["scape99"]["500"]
+    assert g250["per_seed"] == pytest.approx([0.1, 0.1]) and g250["mean"] == pytest.approx(0.1)
+    assert g500["per_seed"] == pytest.approx([0.05, 0.0]) and g500["mean"] == pytest.approx(0.025)
+    lo, hi = g500["ci95"]  # two seeds: mean +- t(0.975, 1) * sd / sqrt(2) = 0.025 +- 12.706 * 0.025
+    assert lo == pytest.approx(0.025 - 12.7062 * 0.025, rel=1e-4) and hi == pytest.approx(0.025 + 12.7062 * 0.025, rel=1e-4)
+    assert "adams" not in out["gap"]
