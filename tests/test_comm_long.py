@@ -45,3 +45,18 @@ def test_gap_is_paired_by_seed_by_hand():
     lo, hi = g500["ci95"]  # two seeds: mean +- t(0.975, 1) * sd / sqrt(2) = 0.025 +- 12.706 * 0.025
     assert lo == pytest.approx(0.025 - 12.7062 * 0.025, rel=1e-4) and hi == pytest.approx(0.025 + 12.7062 * 0.025, rel=1e-4)
     assert "adams" not in out["gap"]
+
+
+def test_the_committed_long_run_holds_what_the_readme_quotes():
+    path = comm_long.COMMITTED
+    lr = json.loads(path.read_text())["long_run"]
+    assert lr["steps"] >= 3000 and len(lr["seeds"]) >= 3
+    assert {"adams", "scape90", "scape99", "scape99_warmup"} <= set(lr["val_loss"])
+    last = str(lr["checkpoints"][-1])
+    assert int(last) == lr["steps"]
+    for m, by_step in lr["gap"].items():  # every gap is recomputable from the per-seed losses
+        for t, g in by_step.items():
+            ours, dense = lr["val_loss"][m][t], lr["val_loss"]["adams"][t]
+            assert g["per_seed"] == pytest.approx([(a - b) / b for a, b in zip(ours, dense)]), (m, t)
+            assert g["ci95"][0] <= g["mean"] <= g["ci95"][1]
+    assert lr["bytes_vs_dense"]["scape90"] <= 0.11 and lr["bytes_vs_dense"]["scape99"] <= 0.02
