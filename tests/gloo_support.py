@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import socket
 from pathlib import Path
 from typing import Callable
 
@@ -21,14 +20,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.browser import free_port
+
 Body = Callable[[int, int, str], None]
 """``body(rank, world, outdir)``: a module-level function (it is pickled to each spawned process)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank: int, world: int, init: str, outdir: str, body: Body, timeout_s: float, barrier: bool) -> None:
