@@ -417,6 +417,60 @@ def evaluate_seeds(
     return out
 
 
+#: What the clairvoyant predictors of :func:`information_bound` are told of the jobs submitted before the probe
+#: (:meth:`lab.hpc.sim.SiteTimeline.submitted_profile`); none of them knows the jobs submitted after it.
+CLAIRVOYANT = {
+    "everything_submitted": dict(running_end="real", pending="real"),
+    "running_ends_only": dict(running_end="real", pending="none"),
+    "pending_starts_only": dict(running_end="requested", pending="real"),
+    "requests_only": dict(running_end="requested", pending="none"),
+}
+
+
+def information_bound(ev: dict, sites: dict[str, SiteTimeline], latency: dict[str, float], predictor=None) -> dict:
+    """How close to the fastest site a predictor of the present queue could come, told the real futures of the jobs
+    already submitted: per :data:`CLAIRVOYANT` variant, the probe's wait at each site is
+    :meth:`~lab.hpc.sim.SiteTimeline.clairvoyant_start` (for its real run time), the site with the smallest
+    completion is picked (ties by name), and the extra time scored as the policies' is. With ``+history`` the same
+    wait goes through ``predictor.correct`` (:meth:`lab.hpc.forecast.HistoryBlendPredictor.correct`, the history
+    correction ``earliest_completion`` applies to its forward simulation) before the pick. Diagnostics, not policies:
+    they read the trace's hindsight. Only the jobs submitted after the probe separate ``everything_submitted`` from
+    the ground truth.
+
+    ``ev``: :func:`evaluate_seeds`'s result (its rounds, probes in the same order, ``completion``). Returns, per
+    variant, ``given`` (the information), ``history`` (bool), ``pooled`` (the metrics over all probes) and
+    ``over_seeds`` (per-seed values, mean and 95 % t-interval, as the policies' ``over_seeds``).
+    """
+    names = ev["names"]
+    correct = getattr(predictor, "correct", None)
+    variants = [(k, False) for k in CLAIRVOYANT] + ([(k, True) for k in CLAIRVOYANT] if correct else [])
+    picks = {v: [] for v in variants}
+    for rnd in tqdm(ev["rounds"], desc="information bound", unit="round", leave=False):
+        t = rnd["times"]
+        obs = {n: sites[n].observe(t[n]) for n in names} if correct else {}
+        prof = {(k, n): sites[n].submitted_profile(t[n], **g) for k, g in CLAIRVOYANT.items() for n in names}
+        for p, run, req in zip(rnd["processors"].tolist(), rnd["runtime_s"].tolist(), rnd["requested_s"].tolist()):
+            for k in CLAIRVOYANT:
+                start = {n: sites[n].clairvoyant_start(t[n], p, run, profile=prof[(k, n)]) for n in names}
+                for hist in (False, True) if correct else (False,):
+                    s = {n: correct(obs[n], p, req, start[n], fits_now=start[n] <= t[n]) for n in names} if hist else start
+                    views = [SiteState(site=n, pending=0, free=0, predicted_completion=s[n] - t[n] + run + latency[n]) for n in names]
+                    picks[(k, hist)].append(names.index(placement.choose("earliest_completion", views).site))
+    rows = np.arange(len(ev["completion"]))
+    sub = {"probe_seed": ev["probe_seed"], "nontrivial": ev["nontrivial"], "extra": {}}
+    out = {}
+    for k, hist in variants:
+        name = f"{k}+history" if hist else k
+        sub["extra"][name] = ev["completion"][rows, np.asarray(picks[(k, hist)])] - ev["fastest"]
+        out[name] = {
+            "given": CLAIRVOYANT[k],
+            "history": hist,
+            "pooled": {m: _json_float(_stat(m, sub["extra"][name], ev["nontrivial"])) for m in METRICS},
+            "over_seeds": _over_seeds(sub, name),
+        }
+    return out
+
+
 def per_seed(ev: dict, policy: str, metric: str) -> np.ndarray:
     """``metric`` of ``policy`` on each seed's probes (the seeds in the order evaluated), shape (n_seeds,)."""
     seeds = list(dict.fromkeys(ev["probe_seed"].tolist()))
@@ -638,6 +692,8 @@ def run_replay(
                 pairs[f"{method}-vs-{base}"] = paired(ev, method, base_pol)
         pairs["idle_first-vs-best_fixed"] = paired(ev, "idle_first", f"fixed:{best}")
 
+    bound = information_bound(ev, sites, latency, predictor)
+
     mondays = {n: week_mondays(s) for n, s in sites.items()}
     result = {
         "rounds": len(ev["rounds"]),
@@ -658,6 +714,7 @@ def run_replay(
         "median_home_s": med_home,
         "median_earliest_s": med_ec,
         "goals": _goals(pol, HOME, best, pairs),
+        "information_bound": bound,
         "inputs": {
             "seed": seeds[0],
             "seeds": seeds,

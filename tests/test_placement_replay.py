@@ -469,3 +469,80 @@ def test_probe_table_keeps_what_rebuilds_every_policys_extra(small_replay):
         comp = {n: row[f"wait_s:{n}"] + row["runtime_s"] + r["dispatch_latency_s"][n] for n in table["sites"]}
         for pol in rec["chosen"]:
             assert comp[table["sites"][row[f"chosen:{pol}"]]] - min(comp.values()) == pytest.approx(rec["extra_s"][pol], abs=2.0)  # 1 s rounding
+
+
+# --------------------------------------------------------------------------------------------- information bound
+
+
+def test_submitted_profile_and_clairvoyant_start_hand_solved():
+    # tiny_site at t = 1000: R runs [900, 1500) on 8 procs asking 400 s (planned end 1300); P (5 procs) waits
+    # and really runs [1500, 1550); the 12 past jobs ended long before.
+    site = tiny_site()
+    times, busy, down = site.submitted_profile(1000.0)
+    assert times.tolist() == [1000.0, 1500.0, 1550.0] and busy.tolist() == [8, 5, 0] and not down.any()
+    times, busy, _ = site.submitted_profile(1000.0, running_end="requested")
+    assert times.tolist() == [1000.0, 1300.0, 1500.0, 1550.0] and busy.tolist() == [8, 0, 5, 0]
+    times, busy, _ = site.submitted_profile(1000.0, pending="none")
+    assert times.tolist() == [1000.0, 1500.0] and busy.tolist() == [8, 0]
+    assert site.clairvoyant_start(1000.0, 5, 100) == 1500.0 == site.probe_start(1000.0, 5, 100)
+    assert site.clairvoyant_start(1000.0, 5, 250, running_end="requested") == 1300.0  # [1300, 1550) holds 5 more
+    assert site.clairvoyant_start(1000.0, 6, 250, running_end="requested") == 1550.0  # P's 5 + 6 > 10 on [1500, 1550)
+    assert site.clairvoyant_start(1000.0, 2, 10) == 1000.0  # 8 busy + 2 fits now
+    with pytest.raises(ValueError, match="running_end"):
+        site.submitted_profile(1000.0, running_end="median")
+    with pytest.raises(ValueError, match="1..10 processors"):
+        site.clairvoyant_start(1000.0, 11, 10)
+
+
+def test_clairvoyant_start_is_the_truth_without_later_jobs_and_never_after_it():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 25))
+        submit = np.sort(rng.uniform(0, 1000, n))
+        start = submit + rng.exponential(100, n) * (rng.random(n) < 0.7)
+        run = rng.uniform(1, 300, n)
+        procs = rng.integers(1, 9, n)
+        site = SiteTimeline(submit, start, start + run, procs, run * 2, 10, downtime_min_s=None)
+        t = float(rng.uniform(0, 1200))
+        p, d = int(rng.integers(1, 11)), float(rng.uniform(1, 200))
+        known = submit <= t
+        got = site.clairvoyant_start(t, p, d)
+        # fewer jobs in the profile can only open holes earlier
+        assert got <= site.probe_start(t, p, d)
+        if known.any():
+            only_known = SiteTimeline(submit[known], start[known], (start + run)[known], procs[known], (run * 2)[known], 10, downtime_min_s=None)
+            assert got == only_known.probe_start(t, p, d)
+        else:
+            assert got == t
+
+
+def test_history_correction_never_moves_a_fitting_start_earlier():
+    from lab.hpc.forecast import HistoryBlendPredictor
+
+    site, pred = tiny_site(), pr.default_predictor()
+    assert isinstance(pred, HistoryBlendPredictor)
+    obs = site.observe(1000.0)
+    assert pred.correct(obs, 2, 60, 1234.0, fits_now=True) >= 1234.0
+    assert pred.predict_start(obs, 2, 60) == pred.correct(obs, 2, 60, 1000.0, fits_now=True)
+
+
+def test_information_bound_variants_are_scored_like_the_policies(small_replay):
+    bound = small_replay["information_bound"]
+    assert set(bound) == {*pr.CLAIRVOYANT, *(f"{k}+history" for k in pr.CLAIRVOYANT)}
+    for name, row in bound.items():
+        assert row["history"] == name.endswith("+history") and row["given"] == pr.CLAIRVOYANT[name.removesuffix("+history")]
+        assert set(row["pooled"]) == set(pr.METRICS) and row["pooled"]["mean_extra_s"] >= 0
+        assert len(row["over_seeds"]["mean_extra_s"]["per_seed"]) == len(small_replay["eval_seeds"])
+
+
+def test_committed_placement_results_carry_the_issue_keys():
+    from pathlib import Path
+
+    res = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/placement.json").read_text())
+    rep = res["replay"]
+    assert len(rep["eval_seeds"]) >= 10 and not set(rep["eval_seeds"]) & set(pr.VALIDATION_SEEDS)
+    for key in ("earliest_completion-vs-idle_first", "earliest_completion-vs-best_fixed"):
+        assert len(rep["paired"][key]["mean_extra_diff_ci95"]) == 2 and len(rep["paired"][key]["p90_extra_diff_ci95"]) == 2
+    assert res["live"]["rounds"] >= 30
+    full = rep["information_bound"]["everything_submitted+history"]["over_seeds"]["within_60s_nontrivial"]
+    assert full["ci95"][0] <= full["mean"] <= full["ci95"][1]

@@ -453,12 +453,23 @@ class HistoryBlendPredictor:
 
     def predict_start(self, obs: SiteObservation, processors: int, requested_time: float, *, profile=None) -> float:
         """Predicted start, epoch seconds (``profile``: :meth:`plan`'s result, to reuse it)."""
+        if not obs.down and obs.free >= processors:
+            return self.correct(obs, processors, requested_time, obs.time, fits_now=True)
+        start = self.base.predict_start(obs, processors, requested_time, profile=profile)
+        return self.correct(obs, processors, requested_time, start, fits_now=False)
+
+    def correct(self, obs: SiteObservation, processors: int, requested_time: float, present_start: float, *, fits_now: bool) -> float:
+        """The history correction of a start predicted from the present queue alone (``present_start``, epoch
+        seconds): where the probe fits now (``fits_now``), the ``fit_quantile``-th percentile of its past fits-now
+        waits (never before ``present_start``); elsewhere ``present_start``, or with ``not_fit="avg"`` its mean
+        with the past not-fit mean wait. :meth:`predict_start` applies it to the forward simulation; the replay's
+        information bound applies it to a clairvoyant present. Epoch seconds."""
         c = self.config
         fit, waits, _, _ = history_waits(obs.telemetry, obs.time, obs.capacity, processors, requested_time, lookback_s=c.lookback_s, step_s=c.step_s)
-        if not obs.down and obs.free >= processors:
+        if fits_now:
             past = waits[fit]
-            return float(obs.time + (np.percentile(past, c.fit_quantile) if len(past) >= c.min_samples else 0.0))
-        start = self.base.predict_start(obs, processors, requested_time, profile=profile)
+            return float(max(present_start, obs.time + (np.percentile(past, c.fit_quantile) if len(past) >= c.min_samples else 0.0)))
+        start = present_start
         if c.not_fit == "avg":
             past = waits[~fit]
             if len(past) >= c.min_samples and math.isfinite(start):

@@ -621,6 +621,84 @@ class SiteTimeline:
         ok = (self.busy_profile + processors <= self.capacity) & ~self.down_profile
         return earliest_fit(self.times, ok, float(t_submit), float(runtime))
 
+    # ----------------------------------------------------------------------------------------- information bounds
+
+    def submitted_profile(
+        self, t: float, *, running_end: Literal["real", "requested"] = "real", pending: Literal["real", "none"] = "real"
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The busy profile from ``t`` on of the jobs submitted by ``t`` only, told some of their real future.
+
+        Not what a policy may see (:meth:`observe` is): it reads the trace's hindsight, to bound what a predictor
+        of the present queue could reach at best. Jobs submitted after ``t`` are left out, so the profile differs
+        from the real one (:attr:`busy_profile`) only by work that did not exist at ``t``.
+
+        Parameters
+        ----------
+        t : float
+            Submission time, epoch seconds.
+        running_end : {"real", "requested"}
+            Jobs running at ``t`` end at their real end, or at their start + requested walltime (at least
+            ``t + 60`` s, as :class:`QueuePredictor` plans; the real end where the request is unknown).
+        pending : {"real", "none"}
+            Jobs pending at ``t`` run at their real start and end (the scheduler's real order and their real
+            run times), or are left out.
+
+        Returns
+        -------
+        (times, busy, down) : numpy arrays of shape (K,)
+            Segment starts (float, increasing, ``times[0] == t``; segment ``k`` is ``[times[k], times[k+1])``,
+            the last one open), processors busy on each (int64) and whether it lies in a downtime (bool, from
+            :attr:`downtimes`: maintenance windows are taken as known).
+
+        Raises
+        ------
+        ReplayError
+            ``running_end`` or ``pending`` is not one of the values above.
+        """
+        if running_end not in ("real", "requested"):
+            raise ReplayError(f"submitted_profile: running_end must be 'real' or 'requested', not {running_end!r}")
+        if pending not in ("real", "none"):
+            raise ReplayError(f"submitted_profile: pending must be 'real' or 'none', not {pending!r}")
+        t = float(t)
+        run = np.flatnonzero((self.start <= t) & (self.end > t))
+        end_run = self.end[run]
+        if running_end == "requested":
+            req = self.requested_time[run]
+            end_run = np.where(np.isfinite(req), np.maximum(self.start[run] + np.nan_to_num(req), t + 60.0), end_run)
+        starts, ends, procs = [np.full(len(run), t)], [end_run], [self.processors[run]]
+        if pending == "real":
+            pend = np.flatnonzero((self.submit <= t) & (self.start > t))
+            starts.append(self.start[pend])
+            ends.append(self.end[pend])
+            procs.append(self.processors[pend])
+        s, e, p = np.concatenate(starts), np.concatenate(ends), np.concatenate(procs)
+        edges = self.downtimes.ravel() if len(self.downtimes) else np.zeros(0)
+        times = np.unique(np.concatenate([[t], s, e, edges[edges > t]]))
+        zero = np.zeros(1, dtype=np.int64)
+        cum_s = np.concatenate([zero, np.cumsum(p[np.argsort(s, kind="stable")])])
+        cum_e = np.concatenate([zero, np.cumsum(p[np.argsort(e, kind="stable")])])
+        busy = cum_s[np.searchsorted(np.sort(s), times, side="right")] - cum_e[np.searchsorted(np.sort(e), times, side="right")]
+        return times, busy.astype(np.int64), self.is_down(times)
+
+    def clairvoyant_start(self, t: float, processors: int, duration: float, *, profile: tuple | None = None, **given) -> float:
+        """Earliest start of a probe submitted at ``t`` in :meth:`submitted_profile` (no job delayed): the start a
+        predictor that knew the jobs' futures as ``given`` says, but not the jobs still to come, would predict.
+
+        ``duration`` is the seconds the hole must last (the probe's run time or its request); ``profile`` a
+        :meth:`submitted_profile` to reuse for several probes (then ``given`` is ignored); ``given`` its
+        ``running_end`` and ``pending``. Epoch seconds, inf when no hole is ever long enough. With nothing
+        submitted after ``t`` this is :meth:`probe_start` (the ground truth).
+
+        Raises
+        ------
+        ReplayError
+            ``processors`` is outside 1..capacity, or ``given`` is invalid.
+        """
+        if processors <= 0 or processors > self.capacity:
+            raise ReplayError(f"a probe needs 1..{self.capacity} processors at site {self.name!r}, not {processors}")
+        times, busy, down = self.submitted_profile(t, **given) if profile is None else profile
+        return earliest_fit(times, (busy + int(processors) <= self.capacity) & ~down, float(t), float(duration))
+
     # ----------------------------------------------------------------------------------------- what a policy sees
 
     def observe(self, t: float, *, telemetry_window_s: float = 14 * DAY) -> SiteObservation:
