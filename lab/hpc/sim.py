@@ -37,7 +37,6 @@ durations seconds, sizes processors (nodes on Theta, as its trace counts them).
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
