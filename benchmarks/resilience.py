@@ -70,7 +70,7 @@ def _train_kw(size: str, steps: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- phoenix
-def phoenix_overhead(size: str, steps: int, block: int, workdir: Path) -> dict:
+def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_write: str = "auto") -> dict:
     """Same-run overhead: protection alternates on/off in blocks of ``block`` steps (on first). A step's
     time is its whole loop iteration, start to start (forward, backward, gradient all-reduce, optimizer,
     all-gather, snapshot hand-off, loss all-reduce); the first step of each block is left out (the
@@ -84,11 +84,12 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path) -> dict:
     gloo's transport threads and the kernel's loopback copies included) per step in the on and off
     blocks, mean over ranks; ``predicted_overhead_process_cpu`` = ranks x (on - off) / (cores x off
     step time), the overhead if every extra CPU second of every rank delays the step (no idle core).
-    ``ratios``: every block pair's on / off - 1."""
+    ``ratios``: every block pair's on / off - 1. ``snapshot_write``: :class:`ResilienceConfig`'s (``"auto"``: the
+    optimizer writes each generation into its buffer on the CPU; ``"copy"``: the snapshot thread copies it)."""
     from lab.training.resilience import ResilienceConfig, run_resilient
 
-    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}", spares=1, protect="alternate", block_steps=block,
-                           **_train_kw(size, steps))
+    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}_{snapshot_write}", spares=1, protect="alternate", block_steps=block,
+                           snapshot_write=snapshot_write, **_train_kw(size, steps))
     out = run_resilient(cfg, timeout=900)
     def block_pairs(t: dict[int, float]) -> list[tuple[float, float]]:
         blocks = []  # (protected, mean over the block's steps) per block, in order
@@ -118,7 +119,7 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path) -> dict:
     overhead = float(np.mean(on) / np.mean(off) - 1)
     predicted = cfg.workers * cpu_gen_s / (cores * float(np.mean(off)))
     predicted_cpu = cfg.workers * (cpu_on - cpu_off) / (cores * float(np.mean(off)))
-    return {"size": size, "n_params": n_params, "overhead": overhead,
+    return {"size": size, "n_params": n_params, "snapshot_write": snapshot_write, "overhead": overhead,
             "overhead_ci95": _ci(ratios) if len(pairs) > 1 else None, "step_s_on": float(np.mean(on)),
             "step_s_off": float(np.mean(off)), "block_pairs": len(pairs), "block_steps": block,
             "snapshot_cpu_ms_per_generation": parts, "snapshot_bytes_per_rank": 4 * 3 * (-(-n_params // cfg.workers)),
@@ -428,6 +429,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=10, help="kills per method (phoenix: per point of the step)")
     ap.add_argument("--kill-sizes", default="base,large", help="phoenix kill runs: comma-separated SIZES keys")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--overhead-scale", type=float, default=1.0, help="overhead runs: this many times OVERHEAD_STEPS steps")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
@@ -443,10 +445,13 @@ def main(argv=None) -> int:
         result["snapshot_cpu_profile"] = {size: snapshot_profile(size) for size in SIZES}
         result["replica_exchange_cost"] = {size: replica_exchange_cost(size) for size in tqdm(SIZES, desc="replica exchange cost")}
     if args.part in ("all", "overhead", "phoenix"):
-        sizes = {}
+        sizes, copied = {}, {}
         for size in tqdm(SIZES, desc="phoenix overhead by size"):
-            sizes[size] = phoenix_overhead(size, OVERHEAD_STEPS[size], 5, workdir)
+            # the shipped recipe (the optimizer writes each generation) and, right after it, the copying one
+            sizes[size] = phoenix_overhead(size, int(OVERHEAD_STEPS[size] * args.overhead_scale), 5, workdir)
+            copied[size] = phoenix_overhead(size, int(OVERHEAD_STEPS[size] * args.overhead_scale), 5, workdir, "copy")
         result["phoenix_overhead_by_size"] = sizes
+        result["phoenix_overhead_by_size_copy"] = copied
         if "phoenix" in methods:
             methods["phoenix"].update(overhead=sizes["base"]["overhead"], overhead_ci95=sizes["base"]["overhead_ci95"])
     if args.part in ("all", "phoenix", "kills"):

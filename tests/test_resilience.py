@@ -127,16 +127,30 @@ def test_sigkilled_rank_is_replaced_bit_identically(tmp_path, reference):
     assert f"swapped in for pid {f.pid}" in view.table.value and f"{STEPS} / {STEPS}" in view.table.value
 
 
-def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference):
-    # rank 1 dies inside its snapshot thread, between the parameter-shard and the moments copy of
+@pytest.mark.parametrize("write", ["copy", "optimizer"])
+def test_kill_mid_snapshot_never_resumes_a_torn_generation(tmp_path, reference, write):
+    # copy: rank 1 dies inside its snapshot thread, between the parameter-shard and the moments copy of
     # generation 5: its generation 5 is torn and never replicated (its peer holds 4). The survivors
-    # committed 5, so rank 1's shard of 5 is replayed from replica 4 plus the gradient its peer kept:
-    # 0 completed steps lost, bit-identical, nothing read from the torn buffer
-    out = run_resilient(_cfg(tmp_path, "torn", faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]), timeout=120)
+    # committed 5, so rank 1's shard of 5 is replayed from replica 4 plus the gradient its peer kept.
+    # optimizer: the update itself writes generation 5 into its buffer, and rank 1 dies between the shard
+    # and the moments: step 5 never completed anywhere (the survivors wait in its all-gather), so the run
+    # resumes from generation 4. Either way 0 completed steps lost, bit-identical, nothing read from the
+    # torn buffer
+    out = run_resilient(_cfg(tmp_path, "torn", snapshot_write=write, faults=[FaultPlan(step=5, rank=1, phase="snapshot_copy")]),
+                        timeout=120)
     [f] = out.failures
     assert f.kind == "killed" and f.restore == "memory"
-    assert (f.generation, f.replayed, f.steps_lost) == (5, True, 0)
+    assert (f.generation, f.replayed, f.steps_lost) == ((5, True, 0) if write == "copy" else (4, False, 0))
     assert out.param_sha256 == reference.param_sha256
+
+
+def test_optimizer_written_generations_train_the_same_bits_as_copied_ones(tmp_path, reference):
+    # the reference writes generations from the optimizer (auto on the CPU); the update in place plus a copy
+    # and protection off must give the same parameters and losses
+    for write, protect in (("copy", "on"), ("optimizer", "off"), ("copy", "alternate"), ("optimizer", "alternate")):
+        out = run_resilient(_cfg(tmp_path, f"{write}-{protect}", snapshot_write=write, protect=protect, block_steps=3), timeout=120)
+        assert out.param_sha256 == reference.param_sha256, (write, protect)
+        assert out.losses == reference.losses
 
 
 def test_kill_before_replication_loses_no_completed_step(tmp_path, reference):

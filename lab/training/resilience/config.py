@@ -60,6 +60,13 @@ class ResilienceConfig(BaseModel):
     protect : {"on", "off", "alternate"}
         Per-step in-memory snapshots on, off, or alternating in blocks of ``block_steps`` steps (on
         first): the benchmark's same-run overhead measurement.
+    snapshot_write : {"auto", "optimizer", "copy"}
+        How a generation reaches its host buffer. ``"optimizer"``: the AdamW update writes the new parameter
+        shard and moments straight into the generation's buffer (out of place, from the previous generation's
+        buffer, which holds the live moments), so no copy is made; only the checksum and the replica transfer
+        are left to the snapshot thread. ``"copy"``: the update runs in place on the live state and the snapshot
+        thread copies it (needed where the state lives on a GPU: the device-to-host copy). ``"auto"``:
+        ``"optimizer"`` on the CPU, ``"copy"`` on CUDA.
     disk_interval : int
         Synchronous disk checkpoint every this many steps (0: never): the fallback when a replica is
         corrupt or missing.
@@ -98,6 +105,7 @@ class ResilienceConfig(BaseModel):
     seed: int = Field(default=0, ge=0)
     protect: Literal["on", "off", "alternate"] = "on"
     block_steps: int = Field(default=10, ge=1)
+    snapshot_write: Literal["auto", "optimizer", "copy"] = "auto"
     disk_interval: int = Field(default=0, ge=0)
     timeout_s: float = Field(default=10.0, gt=0)
     grace_s: float = Field(default=3.0, gt=0)

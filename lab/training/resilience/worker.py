@@ -109,6 +109,12 @@ class Snapshotter:
     a second pass (verified when read). ``cpu_s`` accumulates this thread's CPU time per part
     (:func:`time.thread_time`: the cost it takes from the training processes when there is no idle
     core), ``busy_s`` its wall time.
+
+    A generation the optimizer wrote into its buffer itself (:meth:`submit_written`, the worker's
+    ``snapshot_write="optimizer"``) skips (a). The writer of buffer ``b`` then waits, with
+    :meth:`wait_writable`, until the thread is done with ``b``, i.e. its generation was committed and
+    replicated. It also waits until the other buffer is committed, so that a committed generation
+    exists while ``b`` is being overwritten.
     """
 
     def __init__(self, local: PingPong, replica: PingPong, rank: int, world_size: int, group: Any, fault=None,
@@ -121,6 +127,12 @@ class Snapshotter:
         self.alive = True
         self.copy_done = threading.Event()
         self.copy_done.set()
+        # per buffer index (generation % 2), for generations written in place: committed, and released
+        # (committed and replicated: the thread no longer reads the buffer)
+        self.committed_ev = [threading.Event(), threading.Event()]
+        self.released_ev = [threading.Event(), threading.Event()]
+        for ev in (*self.committed_ev, *self.released_ev):
+            ev.set()
         self._copied = None
         self._working = False
         self.busy_s = 0.0
@@ -136,6 +148,27 @@ class Snapshotter:
         self.raise_error()
         self.copy_done.clear()
         self.q.put((generation, sources, self.copier.mark_ready()))
+
+    def submit_written(self, generation: int) -> None:
+        """Queue generation ``generation``, already written into ``local``'s buffer ``generation % 2`` (begun
+        with :meth:`PingPong.begin`, not committed): the thread checksums, commits and replicates it."""
+        self.raise_error()
+        b = generation % 2
+        self.committed_ev[b].clear()
+        self.released_ev[b].clear()
+        self.q.put((generation, None, None))
+
+    def wait_writable(self, index: int) -> None:
+        """Before overwriting buffer ``index`` in place: block until the thread has released it (its
+        generation committed and replicated) and has committed the other buffer's generation."""
+        self.released_ev[index].wait()
+        self.committed_ev[1 - index].wait()
+        self.raise_error()
+
+    def _wake_all(self) -> None:
+        self.copy_done.set()
+        for ev in (*self.committed_ev, *self.released_ev):
+            ev.set()
 
     def wait_copied(self) -> None:
         """Before the live state changes: block until the last submitted generation is copied (CPU), or
@@ -159,6 +192,7 @@ class Snapshotter:
         self.alive = False
         self.q.put(None)
         self.thread.join(timeout)
+        self._wake_all()
 
     def _between(self, gen: int):
         fired = []
@@ -173,28 +207,33 @@ class Snapshotter:
         while True:
             item = self.q.get()
             if item is None or not self.alive:
-                self.copy_done.set()
+                self._wake_all()
                 return
             self._working = True
             gen, sources, ready = item
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                self.copier.begin(ready)
-                buf = self.local.copy(gen, sources, between=self._between(gen), copier=self.copier)
-                self._copied = self.copier.end()
-                self.copy_done.set()
+                if sources is None:  # written in place by the optimizer: nothing to copy
+                    buf = self.local.buffers[gen % 2]
+                else:
+                    self.copier.begin(ready)
+                    buf = self.local.copy(gen, sources, between=self._between(gen), copier=self.copier)
+                    self._copied = self.copier.end()
+                    self.copy_done.set()
                 c1 = time.thread_time()
-                self.copier.synchronize(self._copied)
+                self.copier.synchronize(self._copied if sources is not None else None)
                 self.local.commit(buf, gen)
+                self.committed_ev[gen % 2].set()
                 c2 = time.thread_time()
                 if self.group is not None and self.world_size > 1:
                     if self.fault is not None:
                         self.fault(gen, "send")
                     self._replicate(gen, buf)
+                self.released_ev[gen % 2].set()
                 c3 = time.thread_time()
             except BaseException as exc:  # noqa: BLE001 - reported to the training thread
                 self.error = exc
-                self.copy_done.set()
+                self._wake_all()
                 self._working = False
                 return
             self.cpu_s["copy"] += c1 - c0
@@ -257,15 +296,19 @@ class _Worker:
             self.views.append((p, off, k))
             off += k
         self.init_flat = self.flat.clone()
-        # the AdamW moments of this rank's shard: one flat tensor, exp_avg then exp_avg_sq
-        self.moments = torch.zeros(2 * self.shard_len)
-        self.exp_avg, self.exp_avg_sq = self.moments[:self.shard_len], self.moments[self.shard_len:]
+        # the AdamW moments of this rank's shard: one flat tensor, exp_avg then exp_avg_sq (with
+        # snapshot_write="copy"; with "optimizer" the live moments are in local buffer ``_cur``)
+        self._own_moments = torch.zeros(2 * self.shard_len)
+        self._cur = 0
         self.opt_step = 0
         self.rng_len = torch.get_rng_state().numel()
         # a generation: [parameter shard | exp_avg | exp_avg_sq] in one flat buffer, plus meta and RNG
         layout = {"state": torch.zeros(3 * self.shard_len), "meta": torch.zeros(2, dtype=torch.int64),
                   "rng": torch.zeros(self.rng_len, dtype=torch.uint8)}
         self.copier = DeviceCopier(self.flat.device)
+        self.in_place = cfg.snapshot_write == "optimizer" or (cfg.snapshot_write == "auto" and self.flat.device.type == "cpu")
+        if self.in_place and self.flat.device.type != "cpu":
+            raise SnapshotError(f"snapshot_write='optimizer' needs the live state in host memory, not on {self.flat.device}")
         self.local = PingPong(layout, pin_memory=self.copier.pin_memory)
         self.replica = PingPong(layout, pin_memory=self.copier.pin_memory)
         # the replica holder's copy of its predecessor's averaged-gradient shard of the last two steps
@@ -328,6 +371,34 @@ class _Worker:
     def _shard(self) -> torch.Tensor:
         return self.flat[self.rank * self.shard_len:(self.rank + 1) * self.shard_len]
 
+    @property
+    def moments(self) -> torch.Tensor:
+        """The live AdamW moments of this rank's shard, ``(2 L,)`` float32: ``exp_avg`` then ``exp_avg_sq``
+        (with ``snapshot_write="optimizer"``, a view into the local buffer of the newest generation)."""
+        if self.in_place:
+            return self.local.buffers[self._cur].tensors["state"][self.shard_len:]
+        return self._own_moments
+
+    def _buffer_index(self, buf) -> int:
+        return next(i for i, b in enumerate(self.local.buffers) if b is buf)
+
+    def _write_current(self, step: int):
+        """Write the live state as generation ``step`` into local buffer ``step % 2`` (``snapshot_write=
+        "optimizer"``: the start of an epoch, where no optimizer step has written it); returns the buffer,
+        begun, not committed."""
+        b, L = step % 2, self.shard_len
+        buf = self.local.begin(step)
+        if b != self._cur:
+            buf.tensors["state"][L:].copy_(self.moments)
+            self._cur = b
+        buf.tensors["state"][:L].copy_(self._shard())
+        self._write_meta(buf, step)
+        return buf
+
+    def _write_meta(self, buf, step: int) -> None:
+        buf.tensors["meta"].copy_(torch.tensor([self.opt_step, step], dtype=torch.int64))
+        buf.tensors["rng"].copy_(torch.get_rng_state())
+
     def _snapshot_sources(self, step: int) -> dict[str, Any]:
         """What generation ``step`` holds: the live parameter shard and moments (copied by the snapshot
         thread), private copies of the small meta and RNG tensors."""
@@ -339,25 +410,44 @@ class _Worker:
         of the parameters comes from the other ranks' shards (the all-gather in :meth:`_restore`)."""
         L = self.shard_len
         self._shard().copy_(snap["state"][:L])
-        self.moments.copy_(snap["state"][L:])
+        if self.in_place:  # the buffer holding it becomes the live state
+            self._cur = next(i for i, b in enumerate(self.local.buffers) if b.tensors["state"] is snap["state"])
+        else:
+            self.moments.copy_(snap["state"][L:])
         self.opt_step = int(snap["meta"][0])
         torch.set_rng_state(snap["rng"].clone())
         return int(snap["meta"][1])
 
-    def _adamw_step(self, step: int, grad_shard: torch.Tensor) -> None:
+    def _adamw_step(self, step: int, grad_shard: torch.Tensor, into=None, between=None) -> torch.Tensor:
         """ZeRO-1 AdamW update of this rank's shard for step ``step`` (torch.optim.AdamW's update, written
-        out) from the averaged gradient shard; the same code runs in training and in a replay."""
+        out) from the averaged gradient shard; the same code runs in training and in a replay.
+
+        ``into``: None updates the live shard and moments in place; a local :class:`HostBuffer` (begun)
+        receives the new shard and moments out of place, read from the live ones (the same operations in the
+        same order, so the same bits), and becomes the live state. ``between()`` runs after the shard is
+        written and before the moments (a kill there tears the generation). Returns the new shard."""
         cfg, (b1, b2) = self.cfg, self.cfg.betas
-        lo, hi = self.rank * self.shard_len, (self.rank + 1) * self.shard_len
+        lo, hi, L = self.rank * self.shard_len, (self.rank + 1) * self.shard_len, self.shard_len
         lr = _lr(cfg, step)
         self.opt_step += 1
-        p, g, m, v = self.flat[lo:hi], grad_shard, self.exp_avg, self.exp_avg_sq
-        p.mul_(1 - lr * self.wd[lo:hi])
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p, g, mv = self.flat[lo:hi], grad_shard, self.moments
+        m, v = mv[:L], mv[L:]
+        if into is None:
+            p_out, m_out, v_out = p, m, v
+        else:
+            state = into.tensors["state"]
+            p_out, m_out, v_out = state[:L], state[L:2 * L], state[2 * L:]
+        torch.mul(p, 1 - lr * self.wd[lo:hi], out=p_out)
+        if between is not None:
+            between()
+        torch.lerp(m, g, 1 - b1, out=m_out)
+        torch.mul(v, b2, out=v_out).addcmul_(g, g, value=1 - b2)
         bc1, bc2 = 1 - b1 ** self.opt_step, 1 - b2 ** self.opt_step
-        denom = (v.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
-        p.addcdiv_(m, denom, value=-lr / bc1)
+        denom = (v_out.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
+        p_out.addcdiv_(m_out, denom, value=-lr / bc1)
+        if into is not None:
+            self._cur = self._buffer_index(into)
+        return p_out
 
     def _rng_static(self) -> bool:
         """Whether this rank's RNG state is the same in its two committed generations (the step consumed
@@ -385,14 +475,16 @@ class _Worker:
     def _restore(self, plan: dict) -> None:
         how, rank = plan["restore"], self.rank
         if how == "fresh":
+            self.local.invalidate()
+            self.replica.invalidate()
             self.flat.copy_(self.init_flat)
             self.moments.zero_()
             self.opt_step = 0
             torch.manual_seed(self.cfg.seed * 1_000_003 + rank + 1)
             self.step = 0
+        elif how == "disk":
             self.local.invalidate()
             self.replica.invalidate()
-        elif how == "disk":
             path = self._disk_dir(plan["generation"]) / f"rank{rank}.pt"
             ck = torch.load(path, weights_only=True)
             self.flat.copy_(ck["params"])
@@ -400,8 +492,6 @@ class _Worker:
             self.opt_step = int(ck["meta"][0])
             torch.set_rng_state(ck["rng"].clone())
             self.step = int(ck["meta"][1])
-            self.local.invalidate()
-            self.replica.invalidate()
         else:  # memory: generation g from the ping-pong buffers, a new rank's from its peer's replica
             g = plan["generation"]
             for pp in (self.local, self.replica):
@@ -433,9 +523,15 @@ class _Worker:
                         # over (the plan only replays when the step consumed no random numbers)
                         grad = torch.zeros(self.shard_len)
                         dist.recv(grad, holder)
-                        self._adamw_step(g, grad)
                         self.step = g
-                        self.local.write(g, self._snapshot_sources(g))
+                        if self.in_place:
+                            buf = self.local.begin(g)
+                            self._shard().copy_(self._adamw_step(g, grad, into=buf))
+                            self._write_meta(buf, g)
+                            self.local.commit(buf, g)
+                        else:
+                            self._adamw_step(g, grad)
+                            self.local.write(g, self._snapshot_sources(g))
             # every rank restored its own shard of generation g: the parameters are their concatenation
             shard = self._shard().clone()
             dist.all_gather(list(self.flat.split(self.shard_len)), shard)
@@ -468,7 +564,11 @@ class _Worker:
         t_prev = c_prev = None
         try:
             if cfg.protect != "off" and self.step not in self.local.committed():
-                snap.submit(self.step, self._snapshot_sources(self.step))
+                if self.in_place:
+                    self._write_current(self.step)
+                    snap.submit_written(self.step)
+                else:
+                    snap.submit(self.step, self._snapshot_sources(self.step))
             while self.step < cfg.steps:
                 step = self.step + 1
                 t0, c0 = time.perf_counter(), _process_cpu_s()
@@ -499,13 +599,26 @@ class _Worker:
                 if on:  # keep the predecessor's gradient shard of this step (a replay's input)
                     self.pred_grads[step % 2].copy_(self.grad[plo:phi])
                     self.pred_grad_steps[step % 2] = step
-                snap.wait_copied()
                 lr = _lr(cfg, step)
-                self._adamw_step(step, self.grad[lo:hi])
-                dist.all_gather(shards, self.flat[lo:hi].clone())
-                self.step = step
-                if on:
-                    snap.submit(step, self._snapshot_sources(step))
+                if self.in_place:
+                    # the update writes generation `step` into buffer step % 2 (out of place, from the
+                    # live buffer): once the thread is done with that buffer's older generation
+                    snap.wait_writable(step % 2)
+                    buf = self.local.begin(step)
+                    between = (lambda: self._snapshot_fault(step, "copy")) if on else None
+                    new_shard = self._adamw_step(step, self.grad[lo:hi], into=buf, between=between)
+                    dist.all_gather(shards, new_shard)
+                    self.step = step
+                    if on:
+                        self._write_meta(buf, step)
+                        snap.submit_written(step)
+                else:
+                    snap.wait_copied()
+                    self._adamw_step(step, self.grad[lo:hi])
+                    dist.all_gather(shards, self.flat[lo:hi].clone())
+                    self.step = step
+                    if on:
+                        snap.submit(step, self._snapshot_sources(step))
                 step_s = time.perf_counter() - t0
                 loss_t = loss.detach().clone()
                 dist.all_reduce(loss_t)
