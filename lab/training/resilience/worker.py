@@ -11,12 +11,16 @@ with AdamW (its ``exp_avg``/``exp_avg_sq`` shard is the only copy in the job), a
 are what goes to the peer ``(rank + 1) % N`` (PHOENIX's "replicate only non-reconstructible optimizer
 shards").
 
-Per step ``t`` (with protection on), right after the optimizer step, the training thread captures the
-RNG state and hands generation ``t`` to the :class:`Snapshotter` thread, which copies parameters and
-shard into the local ping-pong buffers, commits them, then sends the shard (with its CRC-32) to the
-peer on a second gloo group and receives the predecessor's. The training thread continues with the
-next forward and backward pass and waits for the *copy* (not the replication) only before its next
-optimizer step modifies the state.
+Per step ``t`` (with protection on) generation ``t`` is written into local ping-pong buffer ``t % 2``.
+On the CPU (``snapshot_write="optimizer"``, the default there) the AdamW update itself writes it: it reads
+the live parameter shard and moments (the previous generation's buffer) and writes the new ones into
+buffer ``t % 2``, out of place, so the snapshot costs no copy; the all-gather reads the new shard from
+there. With ``"copy"`` (CUDA, where the live state is on the device) the update runs in place and the
+:class:`Snapshotter` thread copies it. Either way the thread then checksums and commits the buffer, sends
+it (with its CRC-32) to the peer on a second gloo group and receives the predecessor's. The training
+thread goes on with the next forward and backward pass. Before its next optimizer step writes the state
+again, it waits only for what that write would destroy: the copy, or, with ``"optimizer"``, the thread
+being done with the buffer about to be overwritten.
 
 The coordinator (:mod:`lab.training.resilience.coordinator`) drives workers through a
 :class:`torch.distributed.TCPStore` it hosts: ``plan/<epoch>`` (JSON) says which worker holds which
@@ -283,7 +287,9 @@ class _Worker:
         self.shard_len = -(-self.n_params // n)
         padded = self.shard_len * n
         self.flat = torch.zeros(padded)
-        self.grad = torch.zeros(padded)
+        # three flat gradient buffers, by step % 3: a step's averaged gradient stays intact for the two
+        # steps after it, so the replica holder keeps its predecessor's shard of it without a copy
+        self.grads = [torch.zeros(padded) for _ in range(3)]
         self.wd = torch.zeros(padded)
         self.views: list[tuple[torch.nn.Parameter, int, int]] = []
         off = 0
@@ -311,10 +317,10 @@ class _Worker:
             raise SnapshotError(f"snapshot_write='optimizer' needs the live state in host memory, not on {self.flat.device}")
         self.local = PingPong(layout, pin_memory=self.copier.pin_memory)
         self.replica = PingPong(layout, pin_memory=self.copier.pin_memory)
-        # the replica holder's copy of its predecessor's averaged-gradient shard of the last two steps
-        # (ping-pong by step): with it a lost rank's shard can be *replayed* one step past its replica
-        self.pred_grads = [torch.zeros(self.shard_len), torch.zeros(self.shard_len)]
-        self.pred_grad_steps: list[int | None] = [None, None]
+        # the replica holder's views of its predecessor's averaged-gradient shard of the last steps (into
+        # ``grads``, by step % 3): with one a lost rank's shard can be *replayed* one step past its replica
+        self.pred_grads: list[torch.Tensor | None] = [None, None, None]
+        self.pred_grad_steps: list[int | None] = [None, None, None]
         self.rank: int | None = None
         self.step = 0
         self.fired: set[int] = set()
@@ -556,7 +562,7 @@ class _Worker:
         lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
         pred = (rank - 1) % n
         plo, phi = pred * self.shard_len, (pred + 1) * self.shard_len
-        self.pred_grad_steps = [None, None]
+        self.pred_grad_steps = [None, None, None]
         shards = list(self.flat.split(self.shard_len))
         snap = Snapshotter(self.local, self.replica, rank, n, snap_group, fault=self._snapshot_fault, copier=self.copier)
         self.snap = snap
@@ -576,29 +582,31 @@ class _Worker:
                     iter_times[step - 1] = t0 - t_prev
                     iter_cpu[step - 1] = c0 - c_prev
                 t_prev, c_prev = t0, c0
+                grad = self.grads[step % 3]
+                self.pred_grad_steps[step % 3] = None  # step-3's gradient is overwritten now
                 x, y = self.sampler.batch(self.tokens, step, rank)
                 _, loss = self.model(x, y)
                 for p, _, _ in self.views:
                     p.grad = None
                 loss.backward()
                 for p, off, k in self.views:
-                    self.grad[off:off + k].copy_(p.grad.view(-1))
+                    grad[off:off + k].copy_(p.grad.view(-1))
                 f = self._fault_due(step, "collective")
-                buckets = list(self.grad.chunk(cfg.grad_buckets))
+                buckets = list(grad.chunk(cfg.grad_buckets))
                 for i, bucket in enumerate(buckets):
                     if f is not None and i == len(buckets) // 2:
                         self._fire(f)
                     dist.all_reduce(bucket)
-                self.grad.div_(n)
+                grad.div_(n)
                 # Ordering: the snapshot of generation step-1 was submitted right after the previous
                 # optimizer step and has been copying while this step's forward/backward/all-reduce ran
                 # (they only read the parameters); the optimizer step below overwrites the parameter
                 # shard and the moments in place, so it must not start before that copy is done (CPU:
                 # wait for the copy; CUDA: the compute stream waits on the copy's event).
                 on = cfg.protected(step)
-                if on:  # keep the predecessor's gradient shard of this step (a replay's input)
-                    self.pred_grads[step % 2].copy_(self.grad[plo:phi])
-                    self.pred_grad_steps[step % 2] = step
+                if on:  # keep the predecessor's gradient shard of this step (a replay's input), a view
+                    self.pred_grads[step % 3] = grad[plo:phi]
+                    self.pred_grad_steps[step % 3] = step
                 lr = _lr(cfg, step)
                 if self.in_place:
                     # the update writes generation `step` into buffer step % 2 (out of place, from the
@@ -606,7 +614,7 @@ class _Worker:
                     snap.wait_writable(step % 2)
                     buf = self.local.begin(step)
                     between = (lambda: self._snapshot_fault(step, "copy")) if on else None
-                    new_shard = self._adamw_step(step, self.grad[lo:hi], into=buf, between=between)
+                    new_shard = self._adamw_step(step, grad[lo:hi], into=buf, between=between)
                     dist.all_gather(shards, new_shard)
                     self.step = step
                     if on:
@@ -614,7 +622,7 @@ class _Worker:
                         snap.submit_written(step)
                 else:
                     snap.wait_copied()
-                    self._adamw_step(step, self.grad[lo:hi])
+                    self._adamw_step(step, grad[lo:hi])
                     dist.all_gather(shards, self.flat[lo:hi].clone())
                     self.step = step
                     if on:
