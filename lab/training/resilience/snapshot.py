@@ -300,6 +300,12 @@ class PingPong:
                 if b.generation is not None and b.generation > generation:
                     b.generation, b.crc = None, None
 
+    def release(self, index: int) -> None:
+        """Forget the generation in buffer ``index`` (0 or 1): its bytes are about to change in place."""
+        with self.lock:
+            b = self.buffers[index]
+            b.generation, b.crc, b.writing = None, None, None
+
     def invalidate(self) -> None:
         """Forget both generations (after a restore from disk)."""
         with self.lock:

@@ -608,20 +608,23 @@ class _Worker:
                     self.pred_grads[step % 3] = grad[plo:phi]
                     self.pred_grad_steps[step % 3] = step
                 lr = _lr(cfg, step)
-                if self.in_place:
+                if self.in_place and on:
                     # the update writes generation `step` into buffer step % 2 (out of place, from the
                     # live buffer): once the thread is done with that buffer's older generation
                     snap.wait_writable(step % 2)
                     buf = self.local.begin(step)
-                    between = (lambda: self._snapshot_fault(step, "copy")) if on else None
-                    new_shard = self._adamw_step(step, grad[lo:hi], into=buf, between=between)
+                    new_shard = self._adamw_step(step, grad[lo:hi], into=buf, between=lambda: self._snapshot_fault(step, "copy"))
                     dist.all_gather(shards, new_shard)
                     self.step = step
-                    if on:
-                        self._write_meta(buf, step)
-                        snap.submit_written(step)
+                    self._write_meta(buf, step)
+                    snap.submit_written(step)
                 else:
-                    snap.wait_copied()
+                    # the plain ZeRO-1 step (an unprotected step is exactly this in either mode): in place
+                    if self.in_place:  # on the live buffer, which then holds no generation
+                        snap.wait_writable(self._cur)
+                        self.local.release(self._cur)
+                    else:
+                        snap.wait_copied()
                     self._adamw_step(step, grad[lo:hi])
                     dist.all_gather(shards, self.flat[lo:hi].clone())
                     self.step = step
