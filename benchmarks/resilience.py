@@ -7,12 +7,14 @@ ranks on gloo (this machine's 2 shared CPU cores), same batches, learning-rate s
 hyper-parameters.
 
 ``phoenix`` (:mod:`lab.training.resilience`, 4 workers + 1 spare, replenished after each swap)
-    overhead (:func:`phoenix_overhead`, three model sizes): one uninterrupted run per size with
-    protection alternating on/off in blocks of 5 steps; a step's time is its whole loop iteration;
+    overhead (:func:`phoenix_overhead`, three model sizes): one uninterrupted run per size and recipe
+    (``phoenix_overhead_by_size``: the optimizer writes each generation, the shipped CPU recipe;
+    ``phoenix_overhead_by_size_copy``: the snapshot thread copies it; ``--overhead-scale`` multiplies the
+    steps) with protection alternating on/off in blocks of 5 steps; a step's time is its whole loop iteration;
     ``overhead`` = mean on / mean off - 1 with a 95% bootstrap CI over adjacent (on, off) block pairs;
     with the snapshot thread's CPU time per generation and the overhead it predicts when no core is
     idle. Recovery (:func:`phoenix_kills`): one run per size with ``trials`` SIGKILLs at *each* point of
-    a step (mid gradient all-reduce, mid snapshot copy, before the replica transfer, right after the
+    a step (mid gradient all-reduce, mid snapshot write, before the replica transfer, right after the
     step) at seeded random steps and ranks. ``recovery_s`` is kill -> the step after the last
     completed one done again, split into detection, rebuild (new process group), restore (state
     loaded, replay included) and recompute. ``steps_lost`` = completed steps whose work was redone;
@@ -132,7 +134,7 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_
 
 
 def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
-    """``per_phase`` SIGKILLs at each point of a step (mid gradient all-reduce, mid snapshot copy, before
+    """``per_phase`` SIGKILLs at each point of a step (mid gradient all-reduce, mid snapshot write, before
     the replica transfer, right after the step) in one run, at seeded random steps (3 apart) and ranks;
     bit-identity against an uninterrupted run of the same size and steps with protection *off*."""
     from lab.training.resilience import FaultPlan, ResilienceConfig, run_resilient

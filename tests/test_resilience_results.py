@@ -55,3 +55,16 @@ def test_overhead_is_measured_at_three_sizes_with_cis_and_its_cpu_accounted():
         assert x["bytes"] == sizes[name]["snapshot_bytes_per_rank"] and x["user_ms"] + x["system_ms"] > 0, name
     for name, p in result["snapshot_cpu_profile"].items():  # the current recipe costs less CPU than the former
         assert p["after_total_ms"] < p["before_total_ms"], name
+
+
+def test_both_snapshot_recipes_are_measured_on_the_same_unprotected_baseline():
+    result = json.loads(RESULT.read_text())
+    shipped, copied = result["phoenix_overhead_by_size"], result["phoenix_overhead_by_size_copy"]
+    assert list(shipped) == list(copied) == ["base", "mid", "large"]
+    for name in shipped:
+        assert shipped[name]["snapshot_write"] == "auto" and copied[name]["snapshot_write"] == "copy"
+        assert shipped[name]["param_sha256"] == copied[name]["param_sha256"], name  # the same training, bit for bit
+        assert shipped[name]["snapshot_cpu_ms_per_generation"]["copy"] < 0.05  # nothing left to copy
+        assert copied[name]["snapshot_cpu_ms_per_generation"]["copy"] > shipped[name]["snapshot_cpu_ms_per_generation"]["crc"] / 2
+    kills = result["phoenix_kills"]
+    assert all(k["trials"] >= 40 and k["bit_identical"] and k["steps_lost_worst"] == 0 for k in kills.values())

@@ -24,8 +24,9 @@ class FaultPlan(BaseModel):
         The logical rank that fails.
     phase : {"step", "collective", "snapshot_copy", "snapshot_send"}
         ``"step"``: after the step completed (and its snapshot was queued); ``"collective"``: in the
-        middle of the gradient all-reduce (half the buckets sent); ``"snapshot_copy"``: in the
-        background thread, between the parameter copy and the shard copy of generation ``step``;
+        middle of the gradient all-reduce (half the buckets sent); ``"snapshot_copy"``: while generation
+        ``step`` is written, between its parameter shard and its moments (``snapshot_write="copy"``: in the
+        background thread's copy; ``"optimizer"``: inside the optimizer update that writes it);
         ``"snapshot_send"``: before that generation is replicated to the peer.
     kind : {"sigkill", "hang", "transient", "corrupt_replica"}
         ``"sigkill"``: the process SIGKILLs itself; ``"hang"``: its training thread sleeps forever;

@@ -18,8 +18,9 @@ aligned offsets with zero padding: :attr:`HostBuffer.payload`), computed with IS
 (:func:`isal.isal_zlib.crc32`: the same polynomial and values as :func:`zlib.crc32`, about 25 GB/s
 here against zlib's 2-4 GB/s, and it releases the GIL). On 2 cores shared by 4 ranks every cycle a
 snapshot costs is taken from training, in whichever thread or in the kernel it is spent (there is no
-idle core to hide it on): the failure-free overhead is the copy, the checksum and the replica's transfer
-added up (``benchmarks/resilience.py``, ``process_cpu_ms_per_step``).
+idle core to hide it on): the failure-free overhead is the copy (none where the optimizer writes the
+generation into its buffer, the worker's ``snapshot_write="optimizer"``), the checksum and the replica's
+transfer added up (``benchmarks/resilience.py``, ``process_cpu_ms_per_step``).
 
 A layout entry may be filled from several sources (:meth:`PingPong.write` with a sequence of
 tensors): they are copied back to back into the entry's flat tensor. All entries are views into one
