@@ -598,11 +598,12 @@ class _Worker:
                         self._fire(f)
                     dist.all_reduce(bucket)
                 grad.div_(n)
-                # Ordering: the snapshot of generation step-1 was submitted right after the previous
-                # optimizer step and has been copying while this step's forward/backward/all-reduce ran
-                # (they only read the parameters); the optimizer step below overwrites the parameter
-                # shard and the moments in place, so it must not start before that copy is done (CPU:
-                # wait for the copy; CUDA: the compute stream waits on the copy's event).
+                # Ordering: generation step-1 was submitted right after the previous optimizer step and
+                # has been checksummed (and, with "copy", copied) while this step's forward/backward/
+                # all-reduce ran (they only read the parameters). The update below writes either a
+                # buffer the thread may still be reading ("optimizer": wait until it released it) or the
+                # live state in place ("copy": wait for the copy; CUDA: the compute stream waits on the
+                # copy's event).
                 on = cfg.protected(step)
                 if on:  # keep the predecessor's gradient shard of this step (a replay's input), a view
                     self.pred_grads[step % 3] = grad[plo:phi]
