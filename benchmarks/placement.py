@@ -19,7 +19,9 @@ JSON keys: ``replay`` and ``live``, each with ``rounds``, ``jobs``, ``nontrivial
 ``p90_extra_s``, ``zero_regret_share``, each ``{"value", "ci95"}``), ``best_fixed_site``;
 ``replay`` also ``eval_seeds``, ``over_seeds``, ``paired`` (``earliest_completion-vs-idle_first``,
 ``earliest_completion-vs-best_fixed``, ... each with ``mean_extra_diff_ci95`` and
-``p90_extra_diff_ci95``: method minus baseline, seconds) and ``tuning``; ``live`` also has
+``p90_extra_diff_ci95``: method minus baseline, seconds), ``information_bound`` (clairvoyant predictors told
+the real futures of the jobs already submitted: :func:`~benchmarks.placement_replay.information_bound`) and
+``tuning``; ``live`` also has
 ``continuation`` (``median_s``, ``p95_s``, ``n``) and ``earliest_completion_vs_least_pending``.
 ``--part`` runs one half and keeps the other from an existing ``--out`` file (each half
 fits in one ~15-minute hold of the shared lock).
