@@ -385,8 +385,9 @@ class _Worker:
             return self.local.buffers[self._cur].tensors["state"][self.shard_len:]
         return self._own_moments
 
-    def _buffer_index(self, buf) -> int:
-        return next(i for i, b in enumerate(self.local.buffers) if b is buf)
+    def _buffer_index(self, tensors: dict[str, torch.Tensor]) -> int:
+        """Which local buffer (0 or 1) holds ``tensors`` (a :class:`HostBuffer`'s ``tensors``)."""
+        return next(i for i, b in enumerate(self.local.buffers) if b.tensors is tensors)
 
     def _write_current(self, step: int):
         """Write the live state as generation ``step`` into local buffer ``step % 2`` (``snapshot_write=
@@ -417,7 +418,7 @@ class _Worker:
         L = self.shard_len
         self._shard().copy_(snap["state"][:L])
         if self.in_place:  # the buffer holding it becomes the live state
-            self._cur = next(i for i, b in enumerate(self.local.buffers) if b.tensors["state"] is snap["state"])
+            self._cur = self._buffer_index(snap)
         else:
             self.moments.copy_(snap["state"][L:])
         self.opt_step = int(snap["meta"][0])
@@ -452,7 +453,7 @@ class _Worker:
         denom = (v_out.sqrt() / math.sqrt(bc2)).add_(cfg.eps)
         p_out.addcdiv_(m_out, denom, value=-lr / bc1)
         if into is not None:
-            self._cur = self._buffer_index(into)
+            self._cur = self._buffer_index(into.tensors)
         return p_out
 
     def _rng_static(self) -> bool:
