@@ -8,8 +8,10 @@ hyper-parameters.
 
 ``phoenix`` (:mod:`lab.training.resilience`, 4 workers + 1 spare, replenished after each swap)
     overhead (:func:`phoenix_overhead`, three model sizes): one uninterrupted run per size and recipe
-    (``phoenix_overhead_by_size``: the optimizer writes each generation, the shipped CPU recipe;
-    ``phoenix_overhead_by_size_copy``: the snapshot thread copies it; ``--overhead-scale`` multiplies the
+    (``phoenix_overhead_by_size``: the optimizer writes each generation and every 4th goes to the peer, the
+    shipped CPU recipe; ``phoenix_overhead_by_size_every_generation``: the same with every generation sent,
+    PHOENIX's per-step replication; ``phoenix_overhead_by_size_copy``: the snapshot thread copies each
+    generation; ``--overhead-scale`` multiplies the
     steps) with protection alternating on/off in blocks of 5 steps; a step's time is its whole loop iteration;
     ``overhead`` = mean on / mean off - 1 with a 95% bootstrap CI over adjacent (on, off) block pairs;
     with the snapshot thread's CPU time per generation and the overhead it predicts when no core is
@@ -72,7 +74,8 @@ def _train_kw(size: str, steps: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- phoenix
-def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_write: str = "auto") -> dict:
+def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_write: str = "auto",
+                     replica_interval: int | None = None) -> dict:
     """Same-run overhead: protection alternates on/off in blocks of ``block`` steps (on first). A step's
     time is its whole loop iteration, start to start (forward, backward, gradient all-reduce, optimizer,
     all-gather, snapshot hand-off, loss all-reduce); the first step of each block is left out (the
@@ -87,11 +90,14 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_
     blocks, mean over ranks; ``predicted_overhead_process_cpu`` = ranks x (on - off) / (cores x off
     step time), the overhead if every extra CPU second of every rank delays the step (no idle core).
     ``ratios``: every block pair's on / off - 1. ``snapshot_write``: :class:`ResilienceConfig`'s (``"auto"``: the
-    optimizer writes each generation into its buffer on the CPU; ``"copy"``: the snapshot thread copies it)."""
+    optimizer writes each generation into its buffer on the CPU; ``"copy"``: the snapshot thread copies it).
+    ``replica_interval``: every how many generations one goes to the peer (None: the config's default).
+    ``replicated_generations_per_rank``: how many the run sent (mean over ranks)."""
     from lab.training.resilience import ResilienceConfig, run_resilient
 
-    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}_{snapshot_write}", spares=1, protect="alternate", block_steps=block,
-                           snapshot_write=snapshot_write, **_train_kw(size, steps))
+    extra = {} if replica_interval is None else {"replica_interval": replica_interval}
+    cfg = ResilienceConfig(run_dir=workdir / f"ph_over_{size}_{snapshot_write}_{replica_interval}", spares=1, protect="alternate",
+                           block_steps=block, snapshot_write=snapshot_write, **extra, **_train_kw(size, steps))
     out = run_resilient(cfg, timeout=900)
     def block_pairs(t: dict[int, float]) -> list[tuple[float, float]]:
         blocks = []  # (protected, mean over the block's steps) per block, in order
@@ -121,7 +127,8 @@ def phoenix_overhead(size: str, steps: int, block: int, workdir: Path, snapshot_
     overhead = float(np.mean(on) / np.mean(off) - 1)
     predicted = cfg.workers * cpu_gen_s / (cores * float(np.mean(off)))
     predicted_cpu = cfg.workers * (cpu_on - cpu_off) / (cores * float(np.mean(off)))
-    return {"size": size, "n_params": n_params, "snapshot_write": snapshot_write, "overhead": overhead,
+    return {"size": size, "n_params": n_params, "snapshot_write": snapshot_write,
+            "replica_interval": cfg.effective_replica_interval, "overhead": overhead,
             "overhead_ci95": _ci(ratios) if len(pairs) > 1 else None, "step_s_on": float(np.mean(on)),
             "step_s_off": float(np.mean(off)), "block_pairs": len(pairs), "block_steps": block,
             "snapshot_cpu_ms_per_generation": parts, "snapshot_bytes_per_rank": 4 * 3 * (-(-n_params // cfg.workers)),
@@ -151,7 +158,8 @@ def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
                            grace_s=4, **_train_kw(size, steps))
     out = run_resilient(cfg, timeout=1200)
     rec = [{"rank": f.rank, "kind": f.kind, "phase": faults[i].phase if i < len(faults) else None, "step": f.last_step,
-            "generation": f.generation, "restore": f.restore, "replayed": f.replayed, "old_worker": f.worker,
+            "generation": f.generation, "restore": f.restore, "replayed": f.replayed, "replayed_from": f.replayed_from,
+            "old_worker": f.worker,
             "new_worker": f.replacement, "detection_s": f.detection_s, "rebuild_s": f.rebuild_s, "restore_s": f.restore_s,
             "recompute_s": f.recompute_s, "recovery_s": f.recovery_s, "steps_lost": f.steps_lost} for i, f in enumerate(out.failures)]
     rs = [r["recovery_s"] for r in rec]
@@ -162,7 +170,9 @@ def phoenix_kills(size: str, per_phase: int, workdir: Path, seed: int) -> dict:
             by_phase[ph] = {"trials": len(rr), "recovery_s": statistics.median(r["recovery_s"] for r in rr),
                             "recovery_worst_s": max(r["recovery_s"] for r in rr),
                             "steps_lost_worst": max(r["steps_lost"] for r in rr), "replayed": sum(r["replayed"] for r in rr)}
-    return {"size": size, "steps": steps, "trials": len(rec), "faults_planned": len(faults), "failures": rec, "by_phase": by_phase,
+    return {"size": size, "steps": steps, "replica_interval": cfg.effective_replica_interval, "trials": len(rec),
+            "faults_planned": len(faults), "failures": rec, "by_phase": by_phase,
+            "replayed_steps_worst": max((r["generation"] - r["replayed_from"] for r in rec if r["replayed"]), default=0),
             "recovery_s": statistics.median(rs), "recovery_worst_s": max(rs), "recovery_ci95": _ci(rs, np.median),
             "split_median_s": {k: statistics.median(r[k] for r in rec) for k in ("detection_s", "rebuild_s", "restore_s", "recompute_s")},
             "steps_lost": statistics.median(r["steps_lost"] for r in rec), "steps_lost_worst": max(r["steps_lost"] for r in rec),
@@ -447,12 +457,17 @@ def main(argv=None) -> int:
         result["snapshot_cpu_profile"] = {size: snapshot_profile(size) for size in SIZES}
         result["replica_exchange_cost"] = {size: replica_exchange_cost(size) for size in tqdm(SIZES, desc="replica exchange cost")}
     if args.part in ("all", "overhead", "phoenix"):
-        sizes, copied = {}, {}
+        sizes, every, copied = {}, {}, {}
         for size in tqdm(SIZES, desc="phoenix overhead by size"):
-            # the shipped recipe (the optimizer writes each generation) and, right after it, the copying one
-            sizes[size] = phoenix_overhead(size, int(OVERHEAD_STEPS[size] * args.overhead_scale), 5, workdir)
-            copied[size] = phoenix_overhead(size, int(OVERHEAD_STEPS[size] * args.overhead_scale), 5, workdir, "copy")
+            # the shipped recipe (the optimizer writes each generation, every 4th goes to the peer), right after
+            # it the same with every generation sent to the peer (PHOENIX's per-step replication), then the
+            # copying recipe (the CUDA one)
+            steps = int(OVERHEAD_STEPS[size] * args.overhead_scale)
+            sizes[size] = phoenix_overhead(size, steps, 5, workdir)
+            every[size] = phoenix_overhead(size, steps, 5, workdir, replica_interval=1)
+            copied[size] = phoenix_overhead(size, steps, 5, workdir, "copy")
         result["phoenix_overhead_by_size"] = sizes
+        result["phoenix_overhead_by_size_every_generation"] = every
         result["phoenix_overhead_by_size_copy"] = copied
         if "phoenix" in methods:
             methods["phoenix"].update(overhead=sizes["base"]["overhead"], overhead_ci95=sizes["base"]["overhead_ci95"])
@@ -466,7 +481,8 @@ def main(argv=None) -> int:
                               "recovery_s": base["recovery_s"], "recovery_worst_s": base["recovery_worst_s"],
                               "steps_lost": base["steps_lost"], "steps_lost_worst": base["steps_lost_worst"],
                               "bit_identical": base["bit_identical"], "trials": base["trials"],
-                              "split_median_s": base["split_median_s"], "replayed": base["replayed"]}
+                              "split_median_s": base["split_median_s"], "replayed": base["replayed"],
+                              "replica_interval": base["replica_interval"]}
     if args.part in ("all", "restart"):
         for name, mode, interval in tqdm([("restart_dcp_1", "sync", 1), ("restart_dcp_50", "sync", 50), ("async_dcp", "async", 1)],
                                          desc="restart baselines"):

@@ -39,6 +39,32 @@ def test_torn_write_leaves_previous_generation_committed():
             pp.get(g)
 
 
+def test_replica_written_every_k_generations_keeps_the_newest_through_a_torn_write():
+    # generations 0, 4, 8 all have even parity: the replica must alternate its buffers by age, not parity
+    pp = PingPong(_layout())
+    for g in (0, 4):
+        buf = pp.begin(g, pp.index_for(g))
+        buf.tensors["params"].fill_(float(g))
+        pp.commit(buf, g)
+    assert pp.committed() == [0, 4]
+    torn = pp.begin(8, pp.index_for(8))  # the sender dies mid-transfer: 8 is never committed
+    torn.tensors["params"].fill_(-1.0)
+    assert pp.committed() == [4]
+    assert torch.equal(pp.get(4).tensors["params"], torch.full((1000,), 4.0))
+    assert pp.index_for(4) == pp.index_of(pp.get(4))  # the same generation again: its own buffer
+
+
+def test_replica_interval_schedule_and_dropout_fallback(tmp_path):
+    cfg = ResilienceConfig(run_dir=tmp_path, replica_interval=4)
+    assert [g for g in range(10) if cfg.replicated(g, start=0)] == [0, 4, 8]
+    assert [g for g in range(5, 10) if cfg.replicated(g, start=5)] == [5, 8]  # an epoch's first generation too
+    drop = ResilienceConfig(run_dir=tmp_path, replica_interval=4, model={"block_size": 32, "n_layer": 2, "n_head": 2,
+                                                                         "d_model": 32, "dropout": 0.1})
+    assert drop.effective_replica_interval == 1  # a replay could not know the lost rank's RNG state
+    with pytest.raises(ValueError, match="replica_interval"):
+        ResilienceConfig(run_dir=tmp_path, replica_interval=0)
+
+
 def test_corrupted_buffer_is_refused_by_checksum():
     pp = PingPong(_layout())
     pp.write(7, {"params": torch.arange(1000.0), "meta": torch.tensor([7, 7])})
@@ -153,13 +179,32 @@ def test_optimizer_written_generations_train_the_same_bits_as_copied_ones(tmp_pa
         assert out.losses == reference.losses
 
 
-def test_kill_before_replication_loses_no_completed_step(tmp_path, reference):
-    # rank 0 dies after optimizer step 6, before sending generation 6 to its peer: replayed, 0 lost
-    out = run_resilient(_cfg(tmp_path, "send", faults=[FaultPlan(step=6, rank=0, phase="snapshot_send")]), timeout=120)
+@pytest.mark.parametrize("interval", [1, 4])
+def test_kill_before_replication_loses_no_completed_step(tmp_path, reference, interval):
+    # rank 0 dies in its snapshot thread after committing generation 6, before any transfer of it: its peer
+    # holds replica 5 (every generation replicated) or 4 (every 4th), and the spare replays the optimizer
+    # steps from there with the gradient shards the peer kept: 0 lost, bit-identical
+    out = run_resilient(_cfg(tmp_path, "send", replica_interval=interval,
+                             faults=[FaultPlan(step=6, rank=0, phase="snapshot_send")]), timeout=120)
     [f] = out.failures
-    assert (f.rank, f.generation, f.replayed, f.steps_lost) == (0, 6, True, 0)
+    assert (f.rank, f.generation, f.replayed, f.replayed_from, f.steps_lost) == (0, 6, True, 5 if interval == 1 else 4, 0)
     assert out.param_sha256 == reference.param_sha256
     assert all(out.losses[s] == reference.losses[s] for s in out.losses)
+
+
+def test_replay_of_several_steps_from_an_older_replica(tmp_path, reference):
+    # every 4th generation replicated: rank 1 dies right after step 7, its peer's newest replica is 4 and the
+    # survivor committed 7; the spare replays steps 5, 6, 7 on replica 4 (0 lost), and the resumed epoch
+    # replicates its first generation so the spare's own peer holds it at once
+    out = run_resilient(_cfg(tmp_path, "multi", replica_interval=4,
+                             faults=[FaultPlan(step=7, rank=1, phase="step")]), timeout=120)
+    [f] = out.failures
+    assert (f.generation, f.replayed, f.replayed_from, f.steps_lost) == (7, True, 4, 0)
+    assert out.param_sha256 == reference.param_sha256
+    assert all(out.losses[s] == reference.losses[s] for s in out.losses)
+    # the resumed epoch's snapshot threads (per worker: survivor 0, spare 2) handled two generations each:
+    # 7 again (sent to the peer, though not a multiple of 4) and 8
+    assert out.snapshot_generations == {0: 2, 2: 2}
 
 
 def test_corrupted_replica_is_refused_and_disk_checkpoint_used(tmp_path, reference):

@@ -27,7 +27,8 @@ class FaultPlan(BaseModel):
         middle of the gradient all-reduce (half the buckets sent); ``"snapshot_copy"``: while generation
         ``step`` is written, between its parameter shard and its moments (``snapshot_write="copy"``: in the
         background thread's copy; ``"optimizer"``: inside the optimizer update that writes it);
-        ``"snapshot_send"``: before that generation is replicated to the peer.
+        ``"snapshot_send"``: in the snapshot thread, once that generation is committed locally and before
+        its transfer to the peer (generations that do not go to the peer: right after the commit).
     kind : {"sigkill", "hang", "transient", "corrupt_replica"}
         ``"sigkill"``: the process SIGKILLs itself; ``"hang"``: its training thread sleeps forever;
         ``"transient"``: it raises :class:`~lab.training.resilience.worker.TransientCollectiveError`
@@ -68,6 +69,16 @@ class ResilienceConfig(BaseModel):
         are left to the snapshot thread. ``"copy"``: the update runs in place on the live state and the snapshot
         thread copies it (needed where the state lives on a GPU: the device-to-host copy). ``"auto"``:
         ``"optimizer"`` on the CPU, ``"copy"`` on CUDA.
+    replica_interval : int
+        Replicate every this many generations to the peer (``k``): generation ``g`` goes to the peer when
+        ``g % k == 0``, and so does each epoch's first generation (the start, a restore). Every generation
+        still goes into the local ping-pong buffers. A lost rank's newest replica ``R`` is then up to
+        ``k + 1`` steps behind the survivors; its replica holder keeps every one of those steps' averaged
+        gradient shards (views into a ring of ``k + 2`` flat gradient buffers: ``(k + 2) x 4`` bytes per
+        parameter) and the spare replays the AdamW updates ``R + 1 .. g`` on the replica: the same bits,
+        0 completed steps lost. Replay needs steps that draw no random numbers, so a model with dropout
+        replicates every generation (:attr:`effective_replica_interval`). ``1``: PHOENIX's every-step
+        replication.
     disk_interval : int
         Synchronous disk checkpoint every this many steps (0: never): the fallback when a replica is
         corrupt or missing.
@@ -107,6 +118,7 @@ class ResilienceConfig(BaseModel):
     protect: Literal["on", "off", "alternate"] = "on"
     block_steps: int = Field(default=10, ge=1)
     snapshot_write: Literal["auto", "optimizer", "copy"] = "auto"
+    replica_interval: int = Field(default=4, ge=1)
     disk_interval: int = Field(default=0, ge=0)
     timeout_s: float = Field(default=10.0, gt=0)
     grace_s: float = Field(default=3.0, gt=0)
@@ -128,6 +140,16 @@ class ResilienceConfig(BaseModel):
     @property
     def resolved_run_id(self) -> str:
         return self.run_id or Path(self.run_dir).name
+
+    @property
+    def effective_replica_interval(self) -> int:
+        """:attr:`replica_interval`, or 1 when the model draws random numbers every step (dropout), where a
+        replay could not know the lost rank's RNG state."""
+        return 1 if self.model.dropout > 0 else self.replica_interval
+
+    def replicated(self, generation: int, start: int) -> bool:
+        """Whether ``generation`` goes to the peer, in an epoch that started from generation ``start``."""
+        return generation == start or generation % self.effective_replica_interval == 0
 
     def protected(self, step: int) -> bool:
         """Whether step ``step`` (1-based) takes a snapshot."""

@@ -30,17 +30,20 @@ Resume point
     (or the initial state).
 
 Zero completed steps lost (replay)
-    A rank killed after optimizer step ``t`` but before its generation ``t`` reached its peer (mid
-    snapshot copy, before the replica transfer, right after the step) leaves the peer with generation
-    ``t - 1`` while the survivors committed ``t``: resuming at ``t - 1`` would redo a step every rank
-    had completed. The holder therefore also keeps its predecessor's shard of the averaged gradient of
-    the last two steps (gloo's all-reduce leaves identical bytes on every rank, so it is the gradient
-    the lost rank used), and generation ``t`` of the lost shard is rebuilt by running the same AdamW
-    update on replica ``t - 1`` with it -- bit-identical, no step recomputed by anyone. It is used
-    only when the holder's own RNG state did not change over that step (the program consumed no
-    random numbers; every rank runs the same program). Otherwise the run resumes at ``t - 1``, which
-    is 0 *committed* generations lost (PHOENIX commits a generation when its local copy and its peer
-    copy are both complete) but one completed step recomputed.
+    Generations go to the peer every ``k`` steps (``ResilienceConfig.replica_interval``), and a rank can
+    also be killed after optimizer step ``t`` but before its generation reached the peer (mid snapshot,
+    before the transfer, right after the step). Either way the holder's newest replica ``R`` of the lost
+    rank can be behind the survivors' committed generations (by up to ``k + 1`` steps); resuming at ``R``
+    would redo steps every rank had completed, and the survivors' local buffers hold only their last two
+    generations. The holder therefore also keeps its predecessor's shard of the averaged gradient of every
+    step since (gloo's all-reduce leaves identical bytes on every rank, so it is the gradient the lost
+    rank used), and the lost shard's generation ``g`` is rebuilt by running the same AdamW updates
+    ``R + 1 .. g`` on replica ``R`` with them -- bit-identical, no step recomputed by anyone. It is used
+    only when the holder's own RNG state did not change since ``R`` (the program drew no random numbers;
+    every rank runs the same program, so the lost rank's RNG state at ``g`` is the one in replica ``R``).
+    Otherwise the run resumes at the newest generation some replica reaches, or from disk; ``k = 1``
+    then costs at most one completed step recomputed, 0 *committed* generations lost (PHOENIX commits a
+    generation when its local copy and its peer copy are both complete).
 """
 
 from __future__ import annotations
@@ -91,9 +94,11 @@ class FailureRecord:
     generation : int
         The generation (step) resumed from; ``restore`` is ``memory``, ``disk`` or ``fresh``.
     replayed : bool
-        The lost rank's shard of ``generation`` was rebuilt by replaying that optimizer step on its
-        replica of ``generation - 1`` with the gradient shard its replica holder kept (see the module
-        docstring, "Resume point").
+        The lost rank's shard of ``generation`` was rebuilt by replaying optimizer steps ``replayed_from + 1
+        .. generation`` on its replica of ``replayed_from`` with the gradient shards its replica holder kept
+        (see the module docstring, "Resume point").
+    replayed_from : int or None
+        The replica generation the replay started from (None: no replay).
     last_step : int
         The last step rank 0 completed before the failure.
     detection_s, rebuild_s, restore_s, recompute_s, recovery_s : float
@@ -118,6 +123,7 @@ class FailureRecord:
     recovery_s: float = float("nan")
     replica_problems: list[str] = field(default_factory=list)
     replayed: bool = False
+    replayed_from: int | None = None
     t_fail: float = 0.0
 
     @property
@@ -397,6 +403,7 @@ class ResilientRun:
             for rec in records:
                 rec.generation, rec.restore = plan["generation"], plan["restore"]
                 rec.replayed = rec.rank in plan.get("replay", [])
+                rec.replayed_from = plan.get("replay_from", {}).get(str(rec.rank))
                 if rec.replacement is not None:
                     self._event(KIND_SWAP, {"rank": rec.rank, "old_worker": rec.worker, "old_pid": rec.pid,
                                             "new_worker": rec.replacement, "new_pid": rec.replacement_pid,
@@ -440,11 +447,19 @@ class ResilientRun:
             if bad:
                 common = set()  # silent corruption: do not trust the in-memory copies, go to disk
             ok = {int(g) for g, st in rep.items() if st == "ok"}
-            # replay: generation g+1 is rebuilt from replica g plus the holder's copy of rank r's
-            # averaged gradient of step g+1 (when that step consumed no random numbers)
-            replay = {g + 1 for g in ok if g + 1 in set(report.get("pred_grad_steps", [])) and report.get("rng_static")}
-            replayable[r] = replay - ok
-            common &= ok | replay
+            # replay: generation g is rebuilt from replica R < g plus the holder's copies of rank r's averaged
+            # gradient shards of steps R+1 .. g (when those steps drew no random numbers: the holder's RNG
+            # state has not changed since generation R or earlier)
+            kept, since = set(report.get("pred_grad_steps", [])), report.get("rng_static_since")
+            source = {}  # generation -> the newest replica it can be rebuilt from
+            for R in sorted(ok):
+                source[R] = R
+                s = R + 1
+                while since is not None and since <= R and s in kept:
+                    source[s] = R
+                    s += 1
+            replayable[r] = source
+            common &= set(source)
             if not common and not bad:
                 problems.append(f"no generation of rank {r}'s replica on rank {holder} matches the survivors' "
                                 f"(replica: {sorted(rep)}, survivors: {sorted(local_common)})")
@@ -455,8 +470,9 @@ class ResilientRun:
         src = min(survivors) if survivors else 0
         if common:
             g = max(common)
+            replay_from = {str(r): replayable[r][g] for r in new_ranks if replayable.get(r, {}).get(g, g) < g}
             return {"restore": "memory", "generation": g, "new_ranks": new_ranks, "src": src,
-                    "replay": sorted(r for r in new_ranks if g in replayable.get(r, ()))}
+                    "replay": sorted(int(r) for r in replay_from), "replay_from": replay_from}
         disk = sorted(int(d.name.removeprefix("step_")) for d in (Path(cfg.run_dir) / "checkpoints").glob("step_*")
                       if (d / "COMPLETE").is_file()) if (Path(cfg.run_dir) / "checkpoints").is_dir() else []
         if disk:

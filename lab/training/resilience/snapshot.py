@@ -166,11 +166,11 @@ class PingPong:
         self.buffers = [alloc() for _ in range(2)]
 
     # ------------------------------------------------------------------ writing
-    def begin(self, generation: int) -> HostBuffer:
-        """Invalidate buffer ``generation % 2`` and return it for writing ``generation``."""
+    def begin(self, generation: int, index: int | None = None) -> HostBuffer:
+        """Invalidate buffer ``index`` (default ``generation % 2``) and return it for writing ``generation``."""
         if generation < 0:
             raise SnapshotError(f"generation must be >= 0, got {generation}")
-        buf = self.buffers[generation % 2]
+        buf = self.buffers[generation % 2 if index is None else index]
         with self.lock:
             buf.generation, buf.crc, buf.writing = None, None, generation
         return buf
@@ -271,6 +271,20 @@ class PingPong:
         return buf
 
     # ------------------------------------------------------------------ reading
+    def index_of(self, buf: HostBuffer) -> int:
+        """Which of the two buffers ``buf`` is (0 or 1)."""
+        return next(i for i, b in enumerate(self.buffers) if b is buf)
+
+    def index_for(self, generation: int) -> int:
+        """The buffer to write ``generation`` into when generations do not alternate by parity (a replica
+        written every ``k`` generations): the one already holding ``generation``, else an empty one, else the
+        one with the older generation -- never the newest committed one, which survives a torn write."""
+        with self.lock:
+            gens = [-1 if b.generation is None else b.generation for b in self.buffers]
+        if generation in gens:
+            return gens.index(generation)
+        return 0 if gens[0] <= gens[1] else 1
+
     def committed(self) -> list[int]:
         """Committed generations, oldest first (at most two)."""
         with self.lock:

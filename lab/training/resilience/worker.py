@@ -16,8 +16,10 @@ On the CPU (``snapshot_write="optimizer"``, the default there) the AdamW update 
 the live parameter shard and moments (the previous generation's buffer) and writes the new ones into
 buffer ``t % 2``, out of place, so the snapshot costs no copy; the all-gather reads the new shard from
 there. With ``"copy"`` (CUDA, where the live state is on the device) the update runs in place and the
-:class:`Snapshotter` thread copies it. Either way the thread then checksums and commits the buffer, sends
-it (with its CRC-32) to the peer on a second gloo group and receives the predecessor's. The training
+:class:`Snapshotter` thread copies it. Either way the thread then checksums and commits the buffer; every
+``replica_interval``-th generation (and each epoch's first) it also sends it (with its CRC-32) to the peer
+on a second gloo group and receives the predecessor's. In between, the peer keeps the averaged gradient
+shards a replay from that replica needs (views, no copy). The training
 thread goes on with the next forward and backward pass. Before its next optimizer step writes the state
 again, it waits only for what that write would destroy: the copy, or, with ``"optimizer"``, the thread
 being done with the buffer about to be overwritten.
@@ -145,22 +147,31 @@ class Snapshotter:
         self.thread = threading.Thread(target=self._loop, name=f"snapshot-r{rank}", daemon=True)
         self.thread.start()
 
-    def submit(self, generation: int, sources: dict[str, Any]) -> None:
+    def submit(self, generation: int, sources: dict[str, Any], replicate: bool = True) -> None:
         """Queue generation ``generation``: ``sources`` maps the layout's names to the live tensors (or
         sequences of them); small ones (``meta``, ``rng``) must be private copies. Called right after
-        the optimizer step (on CUDA the copies are ordered behind it by an event)."""
+        the optimizer step (on CUDA the copies are ordered behind it by an event). ``replicate``: also
+        send it to the peer (every rank must pass the same value for the same generation)."""
         self.raise_error()
         self.copy_done.clear()
-        self.q.put((generation, sources, self.copier.mark_ready()))
+        self.q.put((generation, "copy", sources, self.copier.mark_ready(), replicate))
 
-    def submit_written(self, generation: int) -> None:
+    def submit_written(self, generation: int, replicate: bool = True) -> None:
         """Queue generation ``generation``, already written into ``local``'s buffer ``generation % 2`` (begun
-        with :meth:`PingPong.begin`, not committed): the thread checksums, commits and replicates it."""
+        with :meth:`PingPong.begin`, not committed): the thread checksums, commits and (with ``replicate``)
+        replicates it."""
         self.raise_error()
         b = generation % 2
         self.committed_ev[b].clear()
         self.released_ev[b].clear()
-        self.q.put((generation, None, None))
+        self.q.put((generation, "written", None, None, replicate))
+
+    def submit_replicate(self, generation: int) -> None:
+        """Queue a replica transfer of ``generation``, already committed in ``local`` (an epoch's first
+        generation after a restore: the peers' replicas restart from it)."""
+        self.raise_error()
+        self.released_ev[self.local.index_of(self.local.get(generation, verify=False))].clear()
+        self.q.put((generation, "committed", None, None, True))
 
     def wait_writable(self, index: int) -> None:
         """Before overwriting buffer ``index`` in place: block until the thread has released it (its
@@ -214,26 +225,27 @@ class Snapshotter:
                 self._wake_all()
                 return
             self._working = True
-            gen, sources, ready = item
+            gen, how, sources, ready, replicate = item
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                if sources is None:  # written in place by the optimizer: nothing to copy
-                    buf = self.local.buffers[gen % 2]
-                else:
+                if how == "copy":
                     self.copier.begin(ready)
                     buf = self.local.copy(gen, sources, between=self._between(gen), copier=self.copier)
                     self._copied = self.copier.end()
                     self.copy_done.set()
+                else:  # written in place by the optimizer, or committed already: nothing to copy
+                    buf = self.local.buffers[gen % 2] if how == "written" else self.local.get(gen, verify=False)
                 c1 = time.thread_time()
-                self.copier.synchronize(self._copied if sources is not None else None)
-                self.local.commit(buf, gen)
-                self.committed_ev[gen % 2].set()
+                if how != "committed":
+                    self.copier.synchronize(self._copied if how == "copy" else None)
+                    self.local.commit(buf, gen)
+                    self.committed_ev[self.local.index_of(buf)].set()
                 c2 = time.thread_time()
-                if self.group is not None and self.world_size > 1:
-                    if self.fault is not None:
-                        self.fault(gen, "send")
+                if self.fault is not None:
+                    self.fault(gen, "send")
+                if replicate and self.group is not None and self.world_size > 1:
                     self._replicate(gen, buf)
-                self.released_ev[gen % 2].set()
+                self.released_ev[self.local.index_of(buf)].set()
                 c3 = time.thread_time()
             except BaseException as exc:  # noqa: BLE001 - reported to the training thread
                 self.error = exc
@@ -251,7 +263,7 @@ class Snapshotter:
         """Send ``buf`` (generation ``gen``, with its CRC) to the successor and receive the predecessor's
         same generation into the replica: every message posted at once, one wait."""
         nxt, prv = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
-        dst = self.replica.begin(gen)  # every rank snapshots the same generations
+        dst = self.replica.begin(gen, self.replica.index_for(gen))  # every rank replicates the same generations
         buf.set_header(gen, buf.crc)
         dst.set_header(-1, -1)
         reqs = [dist.isend(buf.wire, nxt, group=self.group, tag=1), dist.irecv(dst.wire, prv, group=self.group, tag=1)]
@@ -287,9 +299,11 @@ class _Worker:
         self.shard_len = -(-self.n_params // n)
         padded = self.shard_len * n
         self.flat = torch.zeros(padded)
-        # three flat gradient buffers, by step % 3: a step's averaged gradient stays intact for the two
-        # steps after it, so the replica holder keeps its predecessor's shard of it without a copy
-        self.grads = [torch.zeros(padded) for _ in range(3)]
+        # a ring of k + 2 flat gradient buffers (k = the replica interval), by step % (k + 2): a step's
+        # averaged gradient stays intact for the k + 1 steps after it, so the replica holder keeps its
+        # predecessor's shard of every step since that rank's newest replica, without a copy
+        self.ring = cfg.effective_replica_interval + 2
+        self.grads = [torch.zeros(padded) for _ in range(self.ring)]
         self.wd = torch.zeros(padded)
         self.views: list[tuple[torch.nn.Parameter, int, int]] = []
         off = 0
@@ -318,9 +332,14 @@ class _Worker:
         self.local = PingPong(layout, pin_memory=self.copier.pin_memory)
         self.replica = PingPong(layout, pin_memory=self.copier.pin_memory)
         # the replica holder's views of its predecessor's averaged-gradient shard of the last steps (into
-        # ``grads``, by step % 3): with one a lost rank's shard can be *replayed* one step past its replica
-        self.pred_grads: list[torch.Tensor | None] = [None, None, None]
-        self.pred_grad_steps: list[int | None] = [None, None, None]
+        # ``grads``, by step % ring): with them a lost rank's shard is *replayed* from its replica up to the
+        # survivors' generation
+        self.pred_grads: list[torch.Tensor | None] = [None] * self.ring
+        self.pred_grad_steps: list[int | None] = [None] * self.ring
+        # the first generation since which this rank's RNG state has not changed (a replay from a replica
+        # at or after it needs no random numbers), and that state
+        self.rng_static_since = 0
+        self._rng_seen: torch.Tensor | None = None
         self.rank: int | None = None
         self.step = 0
         self.fired: set[int] = set()
@@ -456,13 +475,14 @@ class _Worker:
             self._cur = self._buffer_index(into.tensors)
         return p_out
 
-    def _rng_static(self) -> bool:
-        """Whether this rank's RNG state is the same in its two committed generations (the step consumed
-        no random numbers; every rank runs the same program, so the same holds for a lost rank)."""
-        gens = self.local.committed()
-        if len(gens) < 2 or gens[1] != gens[0] + 1:
-            return False
-        return torch.equal(self.local.get(gens[0], verify=False).tensors["rng"], self.local.get(gens[1], verify=False).tensors["rng"])
+    def _note_rng(self, step: int) -> None:
+        """After step ``step`` (or a restore to generation ``step``): track :attr:`rng_static_since`, the first
+        generation since which this rank's RNG state is unchanged. Every rank runs the same program, so when
+        this rank drew no random numbers over steps ``R + 1 .. g``, neither did a lost one: its RNG state at
+        ``g`` is the one in its replica of ``R``."""
+        state = torch.get_rng_state()
+        if self._rng_seen is None or not torch.equal(state, self._rng_seen):
+            self.rng_static_since, self._rng_seen = step, state
 
     def _disk_dir(self, step: int) -> Path:
         return Path(self.cfg.run_dir) / "checkpoints" / f"step_{step:08d}"
@@ -503,19 +523,19 @@ class _Worker:
             g = plan["generation"]
             for pp in (self.local, self.replica):
                 pp.drop_after(g)
-            new, replay = set(plan["new_ranks"]), set(plan.get("replay", []))
+            new, replay_from = set(plan["new_ranks"]), plan.get("replay_from", {})
             if rank not in new:
                 self.step = self._load_snapshot(self.local.get(g).tensors)  # verifies the CRC-32
             for r in sorted(new):
                 holder = (r + 1) % self.cfg.workers
-                src_gen = g - 1 if r in replay else g
+                src_gen = int(replay_from.get(str(r), g))  # the replica generation rank r restarts from
                 if rank == holder:
                     buf = self.replica.get(src_gen)  # verifies the CRC-32 (the transfer recorded the sender's)
                     dist.send(torch.tensor([src_gen, buf.crc], dtype=torch.int64), r)
                     for name in _SNAP_NAMES:
                         dist.send(buf.tensors[name], r)
-                    if r in replay:  # the averaged gradient shard of step g, kept since that step
-                        dist.send(self.pred_grads[self.pred_grad_steps.index(g)], r)
+                    for s in range(src_gen + 1, g + 1):  # the averaged gradient shards kept since those steps
+                        dist.send(self.pred_grads[self.pred_grad_steps.index(s)], r)
                 elif rank == r:
                     head = torch.zeros(2, dtype=torch.int64)
                     dist.recv(head, holder)
@@ -524,26 +544,28 @@ class _Worker:
                         dist.recv(dst.tensors[name], holder)
                     self.local.commit(dst, int(head[0]), int(head[1]))  # verifies the CRC-32
                     self.step = self._load_snapshot(dst.tensors)
-                    if r in replay:
-                        # replay optimizer step g on the shard of generation g-1: the same update, from
-                        # the same inputs, that the lost rank ran (bit-identical); the RNG state carries
-                        # over (the plan only replays when the step consumed no random numbers)
-                        grad = torch.zeros(self.shard_len)
+                    grad = torch.zeros(self.shard_len)
+                    for s in range(src_gen + 1, g + 1):
+                        # replay optimizer step s on the shard of generation s-1: the same update, from the
+                        # same inputs, that the lost rank ran (bit-identical); the RNG state carries over
+                        # (the plan only replays steps that drew no random numbers)
                         dist.recv(grad, holder)
-                        self.step = g
+                        self.step = s
                         if self.in_place:
-                            buf = self.local.begin(g)
-                            self._shard().copy_(self._adamw_step(g, grad, into=buf))
-                            self._write_meta(buf, g)
-                            self.local.commit(buf, g)
+                            buf = self.local.begin(s)
+                            self._shard().copy_(self._adamw_step(s, grad, into=buf))
+                            self._write_meta(buf, s)
+                            self.local.commit(buf, s)
                         else:
-                            self._adamw_step(g, grad)
-                            self.local.write(g, self._snapshot_sources(g))
+                            self._adamw_step(s, grad)
+                            self.local.write(s, self._snapshot_sources(s))
             # every rank restored its own shard of generation g: the parameters are their concatenation
             shard = self._shard().clone()
             dist.all_gather(list(self.flat.split(self.shard_len)), shard)
             if self.step != g:
                 raise SnapshotError(f"rank {rank}: restored generation {g} but its step counter says {self.step}")
+        self.rng_static_since, self._rng_seen = self.step, None
+        self._note_rng(self.step)
 
     # ------------------------------------------------------------------ one epoch
     def run_epoch(self, epoch: int, plan: dict) -> dict:
@@ -563,15 +585,18 @@ class _Worker:
         lo, hi = rank * self.shard_len, (rank + 1) * self.shard_len
         pred = (rank - 1) % n
         plo, phi = pred * self.shard_len, (pred + 1) * self.shard_len
-        self.pred_grad_steps = [None, None, None]
+        self.pred_grad_steps = [None] * self.ring
+        start = self.step
         shards = list(self.flat.split(self.shard_len))
         snap = Snapshotter(self.local, self.replica, rank, n, snap_group, fault=self._snapshot_fault, copier=self.copier)
         self.snap = snap
         step_times, iter_times, iter_cpu, protected, losses = {}, {}, {}, {}, {}
         t_prev = c_prev = None
         try:
-            if cfg.protect != "off" and self.step not in self.local.committed():
-                if self.in_place:
+            if cfg.protect != "off":  # the epoch's first generation: local, and to the peer (its replicas restart here)
+                if self.step in self.local.committed():
+                    snap.submit_replicate(self.step)
+                elif self.in_place:
                     self._write_current(self.step)
                     snap.submit_written(self.step)
                 else:
@@ -583,8 +608,8 @@ class _Worker:
                     iter_times[step - 1] = t0 - t_prev
                     iter_cpu[step - 1] = c0 - c_prev
                 t_prev, c_prev = t0, c0
-                grad = self.grads[step % 3]
-                self.pred_grad_steps[step % 3] = None  # step-3's gradient is overwritten now
+                grad = self.grads[step % self.ring]
+                self.pred_grad_steps[step % self.ring] = None  # step-ring's gradient is overwritten now
                 x, y = self.sampler.batch(self.tokens, step, rank)
                 _, loss = self.model(x, y)
                 for p, _, _ in self.views:
@@ -607,9 +632,10 @@ class _Worker:
                 # copy's event).
                 on = cfg.protected(step)
                 if on:  # keep the predecessor's gradient shard of this step (a replay's input), a view
-                    self.pred_grads[step % 3] = grad[plo:phi]
-                    self.pred_grad_steps[step % 3] = step
+                    self.pred_grads[step % self.ring] = grad[plo:phi]
+                    self.pred_grad_steps[step % self.ring] = step
                 lr = _lr(cfg, step)
+                replicate = cfg.replicated(step, start)
                 if self.in_place and on:
                     # the update writes generation `step` into buffer step % 2 (out of place, from the
                     # live buffer): once the thread is done with that buffer's older generation
@@ -619,7 +645,7 @@ class _Worker:
                     dist.all_gather(shards, new_shard)
                     self.step = step
                     self._write_meta(buf, step)
-                    snap.submit_written(step)
+                    snap.submit_written(step, replicate)
                 else:
                     # the plain ZeRO-1 step (an unprotected step is exactly this in either mode): in place
                     if self.in_place:  # on the live buffer, which then holds no generation
@@ -631,7 +657,8 @@ class _Worker:
                     dist.all_gather(shards, self.flat[lo:hi].clone())
                     self.step = step
                     if on:
-                        snap.submit(step, self._snapshot_sources(step))
+                        snap.submit(step, self._snapshot_sources(step), replicate)
+                self._note_rng(step)
                 step_s = time.perf_counter() - t0
                 loss_t = loss.detach().clone()
                 dist.all_reduce(loss_t)
@@ -697,7 +724,7 @@ class _Worker:
         self._set(f"report/{epoch}/{self.worker_id}", {
             "rank": self.rank, "kind": kind, "error": text[:400], "step": self.step,
             "local": self.local.committed(),
-            "pred_grad_steps": [s for s in self.pred_grad_steps if s is not None], "rng_static": self._rng_static(),
+            "pred_grad_steps": [s for s in self.pred_grad_steps if s is not None], "rng_static_since": self.rng_static_since,
             "replica": replica, "time": time.time()})
 
     def main(self) -> None:
