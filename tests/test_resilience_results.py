@@ -68,3 +68,20 @@ def test_both_snapshot_recipes_are_measured_on_the_same_unprotected_baseline():
         assert copied[name]["snapshot_cpu_ms_per_generation"]["copy"] > shipped[name]["snapshot_cpu_ms_per_generation"]["crc"] / 2
     kills = result["phoenix_kills"]
     assert all(k["trials"] >= 40 and k["bit_identical"] and k["steps_lost_worst"] == 0 for k in kills.values())
+
+
+def test_every_fourth_replication_is_measured_against_every_generation_in_the_same_session():
+    result = json.loads(RESULT.read_text())
+    shipped, every = result["phoenix_overhead_by_size"], result["phoenix_overhead_by_size_every_generation"]
+    assert list(shipped) == list(every) == ["base", "mid", "large"]
+    for name in shipped:
+        assert (shipped[name]["replica_interval"], every[name]["replica_interval"]) == (4, 1), name
+        assert shipped[name]["param_sha256"] == every[name]["param_sha256"], name  # the same training, bit for bit
+        # the snapshot thread's transfer CPU per generation: one generation in four goes to the peer
+        sent, every_sent = (r["snapshot_cpu_ms_per_generation"]["replicate"] for r in (shipped[name], every[name]))
+        assert sent < every_sent / 2, (name, sent, every_sent)
+    for size, k in result["phoenix_kills"].items():  # replays from a replica up to k + 1 = 5 steps behind
+        assert k["replica_interval"] == 4, size
+        replayed = [f for f in k["failures"] if f["replayed"]]
+        assert replayed and all(f["replayed_from"] < f["generation"] for f in replayed), size
+        assert k["replayed_steps_worst"] == max(f["generation"] - f["replayed_from"] for f in replayed) <= 5, size

@@ -110,9 +110,11 @@ class Snapshotter:
     -----
     Per generation the thread (a) copies, then sets ``copy_done`` -- the only thing the training
     thread ever waits for, and only right before its next optimizer step, which overwrites what was
-    copied; (b) computes the CRC-32 of the host buffer and commits it; (c) replicates buffer and CRC
-    to rank ``(rank + 1) % N`` and receives the predecessor's, committed with the sender's CRC without
-    a second pass (verified when read). ``cpu_s`` accumulates this thread's CPU time per part
+    copied; (b) computes the CRC-32 of the host buffer and commits it; (c) for a generation submitted
+    with ``replicate`` (every rank passes the same), replicates buffer and CRC to rank ``(rank + 1) % N``
+    and receives the predecessor's into the replica buffer not holding the newest replica
+    (:meth:`PingPong.index_for`), committed with the sender's CRC without a second pass (verified when
+    read). ``cpu_s`` accumulates this thread's CPU time per part
     (:func:`time.thread_time`: the cost it takes from the training processes when there is no idle
     core), ``busy_s`` its wall time.
 
