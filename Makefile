@@ -136,7 +136,7 @@ bench: setup slurm
 # The README's screenshots: the browser tests save them in test-artifacts/; these are copied, at most
 # 1200 px wide, to docs/screenshots/ (committed, so the README shows them without a test run).
 SCREENSHOTS := lab_launcher lab_side_panel queue_lab sites_voila_live voila_dashboard_provenance_explorer voila_dashboard_training_monitor \
-	voila_dashboard_restoration_demo
+	voila_dashboard_restoration_demo voila_dashboard_perf_model_query
 
 screenshots: setup chromium slurm
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -m browser $(PYTEST_ARGS)

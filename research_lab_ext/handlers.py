@@ -36,6 +36,7 @@ CATALOG = {
     "02_live_sites": ("federated-sites", "Federated sites", "Four live Slurm sites: queues, jobs and a placement", "sites"),
     "03_provenance_explorer": ("provenance-explorer", "Provenance explorer", "An agent run's provenance graph, trust and gate", "graph"),
     "05_training_monitor": ("training-monitor", "Training monitor", "Data-parallel GPT runs followed live", "chart"),
+    "06b_perf_model": ("perf-model", "Performance model", "Predict a DP / TP / PP training step, operator by operator", "queue"),
     "07_restoration_demo": ("image-restoration", "Image restoration", "Restore an image with a flow prior", "image"),
     "08_video_demo": ("video-demo", "Video demo", "Video generation and restoration demo", "video"),
 }

@@ -1,13 +1,15 @@
 """End to end: `make voila` opens notebooks/dashboards/, and each dashboard shows its widget first, drawing data.
 
 One `make voila` (token, 127.0.0.1, the research-lab template) serves the notebooks folder for the module; its
-printed URL is the dashboards folder's listing, which must list all five. Each test then opens one dashboard in
+printed URL is the dashboards folder's listing, which must list them all. Each test then opens one dashboard in
 Chromium: the page's first cell is the one-line title whose link resolves to the lesson rendered by the same Voila;
 the very next thing on the page is the widget (no output, text or explanation between them); the explanation is a
 collapsed ``<details>`` below it; and the widget draws its data (plotly points, graph nodes, restored images, a
 live training run's steps). Any notebook error, page error, console error or request off the machine fails the
 test (:class:`tests.browser.PageWatch`, :class:`tests.browser.NetworkWatch`); each saves
-``test-artifacts/voila_dashboard_<name>.png``. Fails (never skips) without Chromium.
+``test-artifacts/voila_dashboard_<name>.png``. The perf-model dashboard is also opened from a what-if link
+(``voila_dashboard_perf_model_query.png``): its controls and charts show the link's configuration. Fails (never
+skips) without Chromium.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ DRAWN = {
         "() => { const p = document.querySelector('.lab-training-chart .js-plotly-plot'); if (!p || !p.data) return false;"
         " const n = uid => (p.data.find(t => t.uid === uid) || {x: []}).x.length; return n('fp32:loss') >= 3 && n('fp8:loss') >= 3; }",
         "both training runs' first 3 steps", 420),
+    "06b_perf_model.ipynb": (
+        f"() => ({PLOT_DRAWN_JS})('.lab-perfmodel-bars') >= 10 && ({PLOT_DRAWN_JS})('.lab-perfmodel-gantt') >= 2 * 4 * 2",
+        "the predicted step's stacked bars and its 2-stage schedule", 300),
     "07_restoration_demo.ipynb": (
         "() => Array.from(document.querySelectorAll('img.lab-rd-image'))"
         ".filter(i => i.offsetParent !== null && i.complete && i.naturalWidth > 0).length >= 4",
@@ -80,7 +85,7 @@ def voila(tmp_path_factory):
 
 
 def _name(notebook: str) -> str:
-    return re.sub(r"^\d+_", "", notebook.removesuffix(".ipynb"))
+    return re.sub(r"^\d+[a-z]?_", "", notebook.removesuffix(".ipynb"))
 
 
 @pytest.mark.browser
@@ -141,5 +146,60 @@ def test_dashboard_shows_its_widget_first_and_draws(voila, notebook):
             assert not watch.page_errors, watch.page_errors
             net.check()
             assert value
+        finally:
+            browser.close()
+
+
+# A what-if link to the perf-model dashboard: 8 layers of d 1024 over 4 pipeline stages on Perlmutter's A100 roofline,
+# 8 micro-batches, all-forward-all-backward. What the charts hold, read from the page's plotly figures.
+PERF_QUERY = "hardware=perlmutter_a100&d_model=1024&n_head=16&n_layer=8&pp=4&n_micro_batches=8&schedule=afab"
+PERF_DRAWN_JS = """() => {
+    const fig = sel => { const p = document.querySelector(sel + ' .js-plotly-plot'); return p && p.data ? p.data : null; };
+    const bars = fig('.lab-perfmodel-bars'), gantt = fig('.lab-perfmodel-gantt');
+    if (!bars || !gantt) return null;
+    const trace = name => gantt.find(t => t.name === name) || {x: [], y: [], base: []};
+    return {bars: bars.map(t => [t.name, t.x]), forward: trace('forward'), backward: trace('backward'),
+            status: document.querySelector('.lab-perfmodel-status').innerText,
+            selects: Array.from(document.querySelectorAll('.lab-perfmodel-explorer select'))
+                .map(s => s.options[s.selectedIndex].text.replace(/\u00a0/g, ' ')),
+            sliders: Array.from(document.querySelectorAll('.lab-perfmodel-explorer .widget-readout')).map(r => r.innerText.trim())};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_perf_model_dashboard_opens_the_configuration_its_link_names(voila):
+    from playwright.sync_api import sync_playwright
+
+    base, token, _ = voila
+    name = "voila_dashboard_perf_model_query"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            watch = PageWatch(page, name)
+            net = NetworkWatch(page, name, voila=True)
+            page.goto(f"{base}/voila/render/dashboards/06b_perf_model.ipynb?token={token}&{PERF_QUERY}", timeout=600_000)
+            watch.wait_for(f"() => ({PLOT_DRAWN_JS})('.lab-perfmodel-gantt') >= 2 * 8 * 4",
+                           what="the 4-stage schedule of 8 micro-batches", timeout_s=300)
+            d = page.evaluate(PERF_DRAWN_JS)
+            # the controls show the link's values
+            assert d["sliders"] == ["8", "16", "2", "8"], d["sliders"]  # layers, heads, micro-batch, micro-batches
+            assert d["selects"] == ["1024", "64", "1", "1", "4", "perlmutter_a100 (roofline)", "loopback (one tier)", "all-F-all-B"], d["selects"]
+            # the roofline on the A100 file, nothing measured on this machine for it
+            assert "roofline, perlmutter_a100" in d["status"] and "not measured here" in d["status"], d["status"]
+            stages = [f"stage {s}" for s in range(4)]
+            assert dict(d["bars"])["linear"] == stages and "measured step" not in dict(d["bars"]), d["bars"]
+            fwd, bwd = d["forward"], d["backward"]
+            assert len(fwd["x"]) == len(bwd["x"]) == 8 * 4 and sorted(set(fwd["y"])) == stages, fwd
+            for st in stages:  # all forwards, then all backwards on every stage (afab, not 1F1B)
+                f_end = max(b + x for b, x, y in zip(fwd["base"], fwd["x"], fwd["y"]) if y == st)
+                b_start = min(b for b, y in zip(bwd["base"], bwd["y"]) if y == st)
+                assert f_end <= b_start + 1e-9, (st, f_end, b_start)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+            watch.check("the end")
+            assert not watch.page_errors, watch.page_errors
+            net.check()
         finally:
             browser.close()

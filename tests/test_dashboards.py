@@ -54,6 +54,14 @@ while _t.time() < _deadline and min(len(_shown.trace(r, "loss")[0]) for r in ("f
     _t.sleep(1)
 assert all(len(_shown.trace(r, "loss")[0]) >= 3 for r in ("fp32", "fp8")), _shown.status.value
 """,
+    "06b_perf_model.ipynb": """
+_bars = {t["name"]: t for t in _shown.bars.figure["data"]}
+_fwd = next(t for t in _shown.gantt.figure["data"] if t["name"] == "forward")
+assert {"linear", "attention", "pp_p2p", "measured step"} <= set(_bars), sorted(_bars)   # the benchmark's PP = 2 run
+assert _bars["linear"]["x"] == ["stage 0", "stage 1"] and all(y > 0 for y in _bars["linear"]["y"]), _bars["linear"]
+assert len(_fwd["x"]) == 2 * 4 and set(_fwd["y"]) == {"stage 0", "stage 1"} and min(_fwd["x"]) > 0, _fwd   # 4 micro-batches
+assert _points(_shown.bars) >= 10 and _points(_shown.gantt) >= 16, (_points(_shown.bars), _points(_shown.gantt))
+""",
     "07_restoration_demo.ipynb": """
 import time as _t
 _deadline = _t.time() + 180
@@ -82,10 +90,7 @@ LESSONS_ON_ANOTHER_DASHBOARD = {
 
 # Lessons whose widget has no dashboard yet: a known gap, named with its issue, not a rule. Remove the entry
 # when the dashboard lands (the test then checks it like every other).
-LESSONS_WITHOUT_A_DASHBOARD_YET = {
-    "06b_performance_model.ipynb": "issue #25: PerfModelExplorer has a Voila test (test_browser_perfmodel) "
-                                   "but no dashboard, launcher card or URL parameters yet",
-}
+LESSONS_WITHOUT_A_DASHBOARD_YET: dict[str, str] = {}
 
 
 def test_there_is_one_dashboard_per_widget_lesson():
@@ -96,6 +101,18 @@ def test_there_is_one_dashboard_per_widget_lesson():
     assert exempt <= {p.name for p in NOTEBOOKS.glob("*.ipynb")}
     assert not set(LESSONS_WITHOUT_A_DASHBOARD_YET) & set(lessons), "a lesson with a dashboard is still listed as without one"
     assert sorted(p.name for p in DASHBOARDS) == sorted(DRAWS)
+
+
+def test_every_dashboard_has_a_launcher_card_with_an_icon_the_extension_draws():
+    from research_lab_ext.handlers import CATALOG
+
+    icons = set(re.findall(r"^  (\w+): svg\(", (ROOT / "widgets/labextension/src/icons.ts").read_text(), re.M))
+    assert sorted(CATALOG) == sorted(p.stem for p in DASHBOARDS), "a dashboard without its card (or a card without its dashboard)"
+    ids = [entry[0] for entry in CATALOG.values()]
+    assert len(set(ids)) == len(ids), ids
+    for stem, (ident, label, caption, icon) in CATALOG.items():
+        assert re.fullmatch(r"[a-z0-9-]+", ident) and label and caption, (stem, ident, label, caption)
+        assert icon in icons, (stem, icon, sorted(icons))
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])

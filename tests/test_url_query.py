@@ -100,6 +100,9 @@ GOOD = {  # a good query per dashboard, and what it must give (the widget's cons
     "02_live_sites.ipynb": ("sites=nasa&policy=least_pending", {"sites": ["nasa"], "policy": "least_pending"}),
     "03_provenance_explorer.ipynb": ("task=7&trial=2", {"trace": "airline", "task": 7, "trial": 2}),
     "05_training_monitor.ipynb": ("runs=fp8&steps=20", {"runs": ["fp8"], "steps": 20}),
+    "06b_perf_model.ipynb": ("hardware=perlmutter_a100&d_model=4096&n_head=32&pp=4&schedule=afab",
+                             {"hardware": "perlmutter_a100", "d_model": 4096, "n_head": 32, "pp": 4, "schedule": "afab",
+                              "n_layer": 2, "tp": 1, "tier": "loopback"}),
     "07_restoration_demo.ipynb": ("method=pnp_flow&task=denoise&prior=gaussian-digits&nfe=20",
                                   {"method": "pnp_flow", "task": "denoise", "prior": "gaussian-digits", "nfe": 20, "image": 0}),
     "08_video_demo.ipynb": ("mode=spatial_only&refine_steps=3&seed=7", {"mode": "spatial_only", "refine_steps": 3, "seed": 7}),
@@ -109,10 +112,14 @@ BAD = {  # a bad query per dashboard, and what its message must name
     "02_live_sites.ipynb": ("policy=fastest", ["?policy=fastest", "fixed_site, least_pending, earliest_completion"]),
     "03_provenance_explorer.ipynb": ("task=50", ["?task=50", "an integer from 0 to 49"]),
     "05_training_monitor.ipynb": ("runs=fp16", ["?runs=fp16", "some of fp32, fp8"]),
+    "06b_perf_model.ipynb": ("d_model=100&n_layer=49&hardware=h100",
+                             ["?d_model=100", "one of 64, 128, 192", "?n_layer=49", "an integer from 1 to 48",
+                              "?hardware=h100", "local, perlmutter_a100, vista_gh200"]),
     "07_restoration_demo.ipynb": ("method=magic", ["?method=magic", "rebridge, rebridge:clean_side_only"]),
     "08_video_demo.ipynb": ("steps=3", ["no parameter 'steps'", "control_steps", "refine_steps"]),
 }
-CONSTRUCTOR = {"07_restoration_demo.ipynb": "RestorationDemo", "08_video_demo.ipynb": "VideoDemo"}
+CONSTRUCTOR = {"06b_perf_model.ipynb": "PerfModelExplorer", "07_restoration_demo.ipynb": "RestorationDemo",
+               "08_video_demo.ipynb": "VideoDemo"}
 
 
 def _exec(client, cell) -> None:
@@ -192,3 +199,19 @@ def test_the_provenance_dashboard_opens_the_run_the_link_names(tmp_path, monkeyp
         _exec(client, probe)
         text = "".join(o.get("text", "") for o in probe.outputs)
     assert "RUN tau-airline/task0/trial3 8 ['trial3']" in text, text
+
+
+def test_the_perf_model_link_sets_the_explorers_controls_and_an_inconsistent_one_is_refused_in_the_explorer(monkeypatch):
+    """The perf-model dashboard's fields are checked one by one (each against its control); a combination the
+    model refuses (4 heads over TP 8) still opens the explorer, on those controls, saying why and drawing nothing."""
+    monkeypatch.delenv("VOILA_PREHEAT", raising=False)
+    cell = nbformat.read(DASHBOARDS / "06b_perf_model.ipynb", as_version=4).cells[1].source
+    shown = []
+    monkeypatch.setenv("QUERY_STRING", "token=t&tp=8&hardware=vista_gh200&schedule=afab")
+    exec(cell, {"display": shown.append})
+    (w,) = shown
+    assert (w.tp.value, w.n_head.value, w.hardware.value, w.schedule.value) == (8, 4, "vista_gh200", "afab")
+    assert "not a valid configuration" in w.status.value and "n_head (4) must be divisible by tp (8)" in w.status.value
+    assert w.result is None and w.bars.figure.get("data", []) == [] and w.gantt.figure.get("data", []) == []
+    w.tp.value = 2  # the user fixes it in the page: drawn on the Vista roofline
+    assert w.result.model == "roofline" and w.result.hardware == "vista_gh200" and w.bars.figure["data"]

@@ -17,7 +17,7 @@ import ipywidgets as W
 from pydantic import ValidationError
 
 from lab.training.perfmodel import PerfConfig, available_hardware
-from lab.training.perfmodel.explore import Explorer, breakdown_figure, gantt_figure
+from lab.training.perfmodel.explore import CONTROLS, DEFAULT_CONFIG, Explorer, breakdown_figure, gantt_figure, initial_controls
 from widgets.live_chart import LiveChart
 
 __all__ = ["PerfModelExplorer"]
@@ -38,41 +38,54 @@ class PerfModelExplorer(W.VBox):
     explorer : Explorer, optional
         Default: built from the committed benchmark files.
     config : PerfConfig, optional
-        The initial configuration (default: the benchmark's PP=2 run of d 128).
+        The initial configuration (default: the benchmark's PP=2 run of d 128,
+        :data:`lab.training.perfmodel.explore.DEFAULT_CONFIG`).
+    hardware : str
+        ``"local"`` (this machine, learned) or a hardware file's name (roofline).
+    tier : {"loopback", "slow"}
+        The network tier of the learned model.
+    schedule : {"1f1b", "afab"}
+        The pipeline schedule.
+    n_layer, d_model, n_head, seq_len, micro_batch, n_micro_batches, dp, tp, pp : int, optional
+        Initial values of those controls in place of ``config``'s (each one a value its control offers,
+        :data:`~lab.training.perfmodel.explore.CONTROLS`; together they may be inconsistent: the status says why).
+
+    Raises
+    ------
+    lab.training.errors.ExplorerError
+        A value a control does not offer.
     """
 
-    def __init__(self, explorer: Explorer | None = None, config: PerfConfig | None = None):
+    def __init__(self, explorer: Explorer | None = None, config: PerfConfig | None = None, *,
+                 hardware: str = "local", tier: str = "loopback", schedule: str = "1f1b",
+                 n_layer: int | None = None, d_model: int | None = None, n_head: int | None = None,
+                 seq_len: int | None = None, micro_batch: int | None = None, n_micro_batches: int | None = None,
+                 dp: int | None = None, tp: int | None = None, pp: int | None = None):
+        start = initial_controls(config, hardware=hardware, tier=tier, schedule=schedule, n_layer=n_layer,
+                                 d_model=d_model, n_head=n_head, seq_len=seq_len, micro_batch=micro_batch,
+                                 n_micro_batches=n_micro_batches, dp=dp, tp=tp, pp=pp)
         self.explorer = explorer or Explorer()
-        c = config or PerfConfig(n_layer=2, d_model=128, n_head=4, seq_len=64, vocab_size=512, micro_batch=2,
-                                 n_micro_batches=4, pp=2)
-        self.vocab_size = c.vocab_size
-        sl = lambda d, v, lo, hi, step=1: W.IntSlider(value=v, min=lo, max=hi, step=step, description=d,  # noqa: E731
-                                                      style=_STYLE, continuous_update=False)
-        self.n_layer = sl("layers", c.n_layer, 1, 48)
-        self.d_model = W.Dropdown(options=[64, 128, 192, 256, 512, 1024, 2048, 4096, 8192], value=c.d_model,
-                                  description="hidden size", style=_STYLE)
-        self.n_head = sl("heads", c.n_head, 1, 64)
-        self.seq_len = W.Dropdown(options=[32, 64, 128, 256, 512, 1024, 2048, 4096], value=c.seq_len,
-                                  description="sequence", style=_STYLE)
-        self.micro_batch = sl("micro-batch", c.micro_batch, 1, 16)
-        self.n_micro_batches = sl("micro-batches", c.n_micro_batches, 1, 32)
-        self.dp = W.Dropdown(options=[1, 2, 4, 8, 16, 32], value=c.dp, description="DP", style=_STYLE)
-        self.tp = W.Dropdown(options=[1, 2, 4, 8], value=c.tp, description="TP", style=_STYLE)
-        self.pp = W.Dropdown(options=[1, 2, 4, 8], value=c.pp, description="PP", style=_STYLE)
+        self.vocab_size = (config or DEFAULT_CONFIG).vocab_size
+        for name, (label, values) in CONTROLS.items():
+            if isinstance(values, range):
+                w = W.IntSlider(value=start[name], min=values.start, max=values.stop - 1, step=values.step,
+                                description=label, style=_STYLE, continuous_update=False)
+            else:
+                w = W.Dropdown(options=list(values), value=start[name], description=label, style=_STYLE)
+            setattr(self, name, w)
         self.hardware = W.Dropdown(options=[("this machine (learned)", "local")] +
                                    [(f"{h} (roofline)", h) for h in available_hardware()],
-                                   value="local", description="hardware", style=_STYLE)
+                                   value=start["hardware"], description="hardware", style=_STYLE)
         self.tier = W.Dropdown(options=[("loopback (one tier)", "loopback"), ("shaped slow tier", "slow")],
-                               value="loopback", description="network", style=_STYLE)
-        self.schedule = W.Dropdown(options=[("1F1B", "1f1b"), ("all-F-all-B", "afab")], value="1f1b",
+                               value=start["tier"], description="network", style=_STYLE)
+        self.schedule = W.Dropdown(options=[("1F1B", "1f1b"), ("all-F-all-B", "afab")], value=start["schedule"],
                                    description="schedule", style=_STYLE)
         self.status = W.HTML()
         self.status.add_class("lab-perfmodel-status")
         self.bars, self.gantt = LiveChart(), LiveChart()
         self.bars.add_class("lab-perfmodel-bars")
         self.gantt.add_class("lab-perfmodel-gantt")
-        controls = [self.n_layer, self.d_model, self.n_head, self.seq_len, self.micro_batch, self.n_micro_batches,
-                    self.dp, self.tp, self.pp, self.hardware, self.tier, self.schedule]
+        controls = [getattr(self, name) for name in CONTROLS] + [self.hardware, self.tier, self.schedule]
         for w in controls:
             w.observe(lambda _change: self.refresh(), names="value")
         left = W.VBox(controls[:6])
@@ -98,16 +111,7 @@ class PerfModelExplorer(W.VBox):
             where = ".".join(str(x) for x in err["loc"]) or "configuration"
             self.status.value = f"<b>not a valid configuration</b> ({html.escape(where)}): {html.escape(err['msg'])}"
             return
-        res = self.explorer.predict(cfg, self.hardware.value, self.tier.value)
-        if self.schedule.value != "1f1b":
-            from lab.training.perfmodel.compose import compose
-            from lab.training.perfmodel.operators import decompose
-
-            pred = res.prediction
-            fn = (self.explorer.learned.time_fn(cfg) if res.model == "learned" else None)
-            if fn is not None:
-                pred = compose(cfg, decompose(cfg), fn, schedule=self.schedule.value, method="simulate")
-                res = type(res)(res.config, res.hardware, res.model, pred, res.measured_s)
+        res = self.explorer.predict(cfg, self.hardware.value, self.tier.value, self.schedule.value)
         self.result = res
         p = res.prediction
         text = (f"predicted step <b>{_fmt(p.total_s)}</b> ({res.model}, {html.escape(res.hardware)}); "

@@ -7,7 +7,7 @@ from lab import LabError
 __all__ = ["TrainingError", "CodecError", "NonFiniteError", "HookError", "GiftError",
            "RunConfigError", "CheckpointError", "RunInterrupted",
            "ModelConfigError", "DataConfigError", "OptimizerConfigError", "ScapeError", "HardwareFileError",
-           "NetnsError"]
+           "ExplorerError", "NetnsError"]
 
 
 class TrainingError(LabError):
@@ -89,6 +89,12 @@ class HardwareFileError(TrainingError, ValueError):
         self.path, self.field = str(path), field
         where = f"{self.path}: field {field!r}" if field is not None else self.path
         super().__init__(f"{where}: {message}")
+
+
+class ExplorerError(TrainingError, ValueError):
+    """The performance-model explorer (:mod:`lab.training.perfmodel.explore`) was asked for a value its controls
+    do not offer (a field outside its slider's range or not among its dropdown's choices, an unknown hardware
+    file, tier or schedule); the message names the field and what it takes."""
 
 
 class ModelConfigError(TrainingError, ValueError):

@@ -5,7 +5,9 @@ the measured step beside it where the benchmark ran that configuration.
 the validation runs and the chosen regressors of ``benchmarks/results/perfmodel*.json``), refits the
 chosen regressors, and answers ``predict(config, hardware)``: ``"local"`` is this machine with the
 learned model; any hardware file name (:func:`.hardware.available_hardware`) is a what-if with the
-roofline on that file's numbers. The figures are plain plotly dicts (:func:`breakdown_figure`,
+roofline on that file's numbers. :data:`CONTROLS`, :data:`TIERS` and :data:`SCHEDULES` are the values the
+explorer offers (its sliders' ranges and dropdowns' choices, and its dashboard's URL parameters);
+:func:`initial_controls` checks a starting point against them. The figures are plain plotly dicts (:func:`breakdown_figure`,
 :func:`gantt_figure`), drawn by :class:`widgets.PerfModelExplorer`.
 """
 
@@ -18,15 +20,38 @@ from pathlib import Path
 
 from lab.training.perfmodel.comm import CommModel
 from lab.training.perfmodel.compose import StepPrediction
+from lab.training.errors import ExplorerError
 from lab.training.perfmodel.config import PerfConfig
-from lab.training.perfmodel.hardware import load_hardware
+from lab.training.perfmodel.hardware import available_hardware, load_hardware
 from lab.training.perfmodel.predict import LearnedPredictor, one_rank_per_host, single_tier
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
-__all__ = ["Explorer", "ExplorerResult", "breakdown", "breakdown_figure", "gantt_figure", "RESULTS_DIR"]
+__all__ = ["CONTROLS", "DEFAULT_CONFIG", "Explorer", "ExplorerResult", "RESULTS_DIR", "SCHEDULES", "TIERS",
+           "breakdown", "breakdown_figure", "gantt_figure", "hardware_choices", "initial_controls"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+
+#: The configuration fields the explorer lets one change: ``field -> (label, values)``; a ``range`` is a
+#: slider's (inclusive of ``start``, exclusive of ``stop``), a tuple a dropdown's choices.
+CONTROLS: dict[str, tuple[str, range | tuple[int, ...]]] = {
+    "n_layer": ("layers", range(1, 49)),
+    "d_model": ("hidden size", (64, 128, 192, 256, 512, 1024, 2048, 4096, 8192)),
+    "n_head": ("heads", range(1, 65)),
+    "seq_len": ("sequence", (32, 64, 128, 256, 512, 1024, 2048, 4096)),
+    "micro_batch": ("micro-batch", range(1, 17)),
+    "n_micro_batches": ("micro-batches", range(1, 33)),
+    "dp": ("DP", (1, 2, 4, 8, 16, 32)),
+    "tp": ("TP", (1, 2, 4, 8)),
+    "pp": ("PP", (1, 2, 4, 8)),
+}
+#: Network tiers of the learned model on this machine: loopback, or one rank per host across the shaped slow tier.
+TIERS = ("loopback", "slow")
+#: Pipeline schedules: non-interleaved 1F1B (what the benchmark's runs use) and all-forward-all-backward.
+SCHEDULES = ("1f1b", "afab")
+#: The explorer's starting point: the benchmark's PP = 2 run of d 128 (measured, so its step is drawn beside).
+DEFAULT_CONFIG = PerfConfig(n_layer=2, d_model=128, n_head=4, seq_len=64, vocab_size=512, micro_batch=2,
+                            n_micro_batches=4, pp=2)
 
 #: Colours per operator group (stable across redraws).
 _COLOURS = {"embedding": "#8c564b", "layernorm": "#bcbd22", "linear": "#1f77b4", "attention": "#ff7f0e",
@@ -117,6 +142,45 @@ def gantt_figure(pred: StepPrediction, config: PerfConfig) -> dict:
                                      "margin": {"l": 70, "r": 10, "t": 40, "b": 40}}}
 
 
+def hardware_choices() -> tuple[str, ...]:
+    """``"local"`` (this machine, learned) and every hardware file's name (roofline)."""
+    return ("local", *available_hardware())
+
+
+def initial_controls(config: PerfConfig | None = None, *, hardware: str = "local", tier: str = "loopback",
+                     schedule: str = "1f1b", **fields: int | None) -> dict[str, int | str]:
+    """The explorer's starting values: ``config``'s (default :data:`DEFAULT_CONFIG`) control fields, with
+    ``fields`` given (not None) in their place, plus ``hardware``, ``tier`` and ``schedule``.
+
+    The fields are checked one by one against :data:`CONTROLS`, not together: an inconsistent combination
+    (``n_head`` not divisible by ``tp``) is a configuration the explorer shows, saying why it is refused.
+
+    Raises
+    ------
+    ExplorerError
+        A field that is not a control, or a value its control does not offer (the message names both).
+    """
+    c = config or DEFAULT_CONFIG
+    unknown = sorted(set(fields) - set(CONTROLS))
+    if unknown:
+        raise ExplorerError(f"the explorer has no control {unknown[0]!r}; its controls: {', '.join(CONTROLS)}")
+    out: dict[str, int | str] = {}
+    for name, (_label, values) in CONTROLS.items():
+        value = fields.get(name)
+        value = getattr(c, name) if value is None else value
+        if value not in values:
+            takes = (f"an integer from {values.start} to {values.stop - 1}" if isinstance(values, range)
+                     else "one of " + ", ".join(map(str, values)))
+            raise ExplorerError(f"{name}={value!r}: the explorer's control takes {takes}")
+        out[name] = value
+    for name, value, choices in (("hardware", hardware, hardware_choices()), ("tier", tier, TIERS),
+                                 ("schedule", schedule, SCHEDULES)):
+        if value not in choices:
+            raise ExplorerError(f"{name}={value!r}: the explorer's control takes one of {', '.join(choices)}")
+        out[name] = value
+    return out
+
+
 @dataclass(frozen=True)
 class ExplorerResult:
     """One answer: the prediction, which model made it, and the measured step where one exists."""
@@ -166,12 +230,21 @@ class Explorer:
                 return r["measured"]["overall"]
         return None
 
-    def predict(self, config: PerfConfig, hardware: str = "local", tier: str = "loopback") -> ExplorerResult:
+    def predict(self, config: PerfConfig, hardware: str = "local", tier: str = "loopback",
+                schedule: str = "1f1b") -> ExplorerResult:
         """``hardware="local"``: the learned model on ``tier`` (``"loopback"`` or ``"slow"``, one rank per
-        shaped host); else the roofline on that hardware file (:func:`.hardware.load_hardware` errors)."""
+        shaped host); else the roofline on that hardware file (:func:`.hardware.load_hardware` errors).
+        Both simulate ``schedule`` (:data:`SCHEDULES`); the measured step comes along only where the
+        benchmark's run used that schedule (1F1B; with one stage the two are the same)."""
+        if schedule not in SCHEDULES:
+            raise ExplorerError(f"schedule={schedule!r}: one of {', '.join(SCHEDULES)}")
         if hardware == "local":
+            if tier not in TIERS:
+                raise ExplorerError(f"tier={tier!r}: one of {', '.join(TIERS)}")
             placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
-            pred = self.learned.predict(config, placement)
-            return ExplorerResult(config, hardware, "learned", pred, self.measured(config, tier))
+            pred = self.learned.predict(config, placement, schedule=schedule)
+            measured = self.measured(config, tier) if schedule == "1f1b" or config.pp == 1 else None
+            return ExplorerResult(config, hardware, "learned", pred, measured)
         hw = load_hardware(hardware)
-        return ExplorerResult(config, hardware, "roofline", Roofline.predict(config, hw, method="simulate"), None)
+        pred = Roofline.predict(config, hw, method="simulate", schedule=schedule)
+        return ExplorerResult(config, hardware, "roofline", pred, None)
