@@ -150,5 +150,9 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
     for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1]:
         cfg = PerfConfig.model_validate(r["config"])
         got = ex.predict(cfg, "local", r["tier"])
-        assert got.prediction.total_s == pytest.approx(r["predicted_s"], rel=1e-9)
+        # Not bit for bit: the refit's base (scipy's nnls) and log features go through this CPU's BLAS and
+        # SIMD kernels, which moved predictions by up to 0.11 % between the benchmark's machine and CI's.
+        # 0.5 % is far inside the model's error and below what another split's regressor choice gives
+        # (the benchmark's seeds 1 and 2 move these predictions by a median 1.5 %).
+        assert got.prediction.total_s == pytest.approx(r["predicted_s"], rel=5e-3)
         assert got.measured_s == r["measured_s"]
