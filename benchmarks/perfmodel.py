@@ -10,11 +10,15 @@ Parts (each writes its own file beside ``--out`` so a long run can be split unde
 ``comm``    gloo all-reduce / all-gather / reduce-scatter / send-recv, 2 ranks, 256 B .. 16 MiB, on loopback
             and, where namespaces can be made, on the fast and slow tiers of a ShapedNetwork
             -> ``perfmodel_comm.json``.
-``runs``    the validation configurations (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training steps
-            (median of ``--steps`` after ``--warmup``) -> ``perfmodel_runs.json``.
-``report``  fit the regressors (3 seeds of the validation split), predict every configuration with the
-            learned model, the linear base alone and the roofline on this machine's measured peaks, and
-            write ``--out`` with ``configs``, ``mape``, ``roofline_mape``, ``components``.
+``runs``    the calibration configurations (:data:`CALIBRATION_CONFIGS`, shapes of the sampler's grid), then
+            the validation configurations (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training
+            steps (median of ``--steps`` after ``--warmup``; all configurations ``--passes`` times in turn, each
+            component the median over passes) -> ``perfmodel_runs.json``.
+``report``  fit the regressors (3 seeds of the validation split) and, per seed, the in-situ calibration
+            from the calibration runs; predict every validation configuration with the calibrated learned
+            model, the uncalibrated one, the linear base alone and the roofline on this machine's measured
+            peaks, and write ``--out`` with ``configs``, ``mape``, ``uncalibrated_mape``, ``roofline_mape``,
+            ``components``.
 
 Errors are signed ``(predicted - measured) / measured``; MAPE is the mean of their absolute values with a
 95 % bootstrap interval over configurations.
@@ -23,6 +27,7 @@ Errors are signed ``(predicted - measured) / measured``; MAPE is the mean of the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,7 +42,7 @@ from benchmarks._common import write
 from lab.training.perfmodel import PerfConfig
 from lab.training.perfmodel.comm import DEFAULT_SIZES, CommModel, measure_collectives
 from lab.training.perfmodel.operators import decompose
-from lab.training.perfmodel.predict import LearnedPredictor, local_hardware, one_rank_per_host, single_tier
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, local_hardware, tp_allreduce_s, one_rank_per_host, single_tier
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
@@ -59,6 +64,23 @@ CONFIGS = [
 ]
 #: Run across the shaped slow tier (one rank per host namespace), where namespaces can be made.
 SHAPED_CONFIGS = [_c(2, 128, 4, 64, 2, 2, dp=2), _c(2, 128, 4, 64, 2, 2, tp=2), _c(2, 128, 4, 64, 2, 4, pp=2)]
+#: Calibration runs (in-situ multipliers, :class:`lab.training.perfmodel.predict.Calibration`): shapes from the
+#: sampler's grid (d, s, V of ``SAMPLE_GRID``), none of them a validation shape: one rank, two (DP 2) for the
+#: compute multipliers, TP 2 for the TP all-reduce's.
+CALIBRATION_CONFIGS = [
+    PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2),
+    PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2),
+    PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1),
+    PerfConfig(n_layer=3, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2),
+    PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2, dp=2),
+    PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2, dp=2),
+    PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1, dp=2),
+    PerfConfig(n_layer=3, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2, dp=2),
+    PerfConfig(n_layer=2, d_model=80, n_head=4, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2, tp=2),
+    PerfConfig(n_layer=3, d_model=144, n_head=8, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2, tp=2),
+    PerfConfig(n_layer=2, d_model=208, n_head=16, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1, tp=2),
+    PerfConfig(n_layer=3, d_model=240, n_head=16, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2, tp=2),
+]
 SLOW_MBIT = 400.0
 COMPONENTS = ["encoder_fwd", "stage_fwd_max", "stage_bwd_max", "tp_allreduce", "grad_sync", "update", "overall"]
 
@@ -118,26 +140,42 @@ def _summarise_run(times, ranks, cfg: PerfConfig) -> dict:
             "steps_s": times}
 
 
-def part_runs(paths, steps: int, warmup: int) -> None:
+def _median_of_passes(passes: list[dict]) -> dict:
+    """One configuration's measured components: the median over passes of each (steps of all passes kept)."""
+    out = {k: statistics.median(p[k] for p in passes) for k in passes[0] if k != "steps_s"}
+    out["steps_s"] = [t for p in passes for t in p["steps_s"]]
+    out["overall_per_pass"] = [p["overall"] for p in passes]
+    return out
+
+
+def part_runs(paths, steps: int, warmup: int, passes: int) -> None:
+    """Every calibration and validation configuration, ``passes`` times in turn (so a slow spell of this
+    shared machine lands on all of them, not on a few), each component the median over passes."""
     from tqdm import tqdm
 
     from lab.training.netns import ShapedNetwork, netns_unavailable
     from lab.training.perfmodel.parallel import measure_steps
 
-    runs = []
-    for cfg in tqdm(CONFIGS, desc="validation runs (loopback)"):
-        t, ranks = measure_steps(cfg, steps=steps, warmup=warmup, detail=True)
-        runs.append({"config": cfg.model_dump(mode="json"), "tier": "loopback", "measured": _summarise_run(t, ranks, cfg)})
+    plan = [("calibration", "loopback", c) for c in CALIBRATION_CONFIGS] + [("runs", "loopback", c) for c in CONFIGS]
     why = netns_unavailable()
     if why is None:
-        with ShapedNetwork(n_hosts=2, rate_mbit=SLOW_MBIT) as net:
-            for cfg in tqdm(SHAPED_CONFIGS, desc="validation runs (slow tier)"):
-                t, ranks = measure_steps(cfg, steps=steps, warmup=warmup, detail=True, network=net, hosts=[0, 1])
-                runs.append({"config": cfg.model_dump(mode="json"), "tier": "slow",
-                             "measured": _summarise_run(t, ranks, cfg)})
+        plan += [("runs", "slow", c) for c in SHAPED_CONFIGS]
     else:
         print(f"shaped-tier runs skipped: {why}", file=sys.stderr)
-    _save(paths["runs"], {"runs": runs, "netns_skipped": why, "steps": steps, "warmup": warmup})
+    got: list[list[dict]] = [[] for _ in plan]
+    with contextlib.ExitStack() as stack, tqdm(total=passes * len(plan), desc="calibration and validation runs") as bar:
+        net = stack.enter_context(ShapedNetwork(n_hosts=2, rate_mbit=SLOW_MBIT)) if why is None else None
+        for _ in range(passes):
+            for i, (_, tier, cfg) in enumerate(plan):
+                shaped = {"network": net, "hosts": [0, 1]} if tier == "slow" else {}
+                t, ranks = measure_steps(cfg, steps=steps, warmup=warmup, detail=True, **shaped)
+                got[i].append(_summarise_run(t, ranks, cfg))
+                bar.update()
+    out: dict = {"runs": [], "calibration": [], "netns_skipped": why, "steps": steps, "warmup": warmup,
+                 "passes": passes}
+    for (key, tier, cfg), measured in zip(plan, got):
+        out[key].append({"config": cfg.model_dump(mode="json"), "tier": tier, "measured": _median_of_passes(measured)})
+    _save(paths["runs"], out)
 
 
 def _predicted_components(pred, cfg: PerfConfig) -> dict:
@@ -146,8 +184,7 @@ def _predicted_components(pred, cfg: PerfConfig) -> dict:
     # encoder_fwd: one block's forward (its operators' times; by_operator sums over layers, so divide)
     n0 = cfg.stage_layers()[0]
     enc = sum(by.get((0, o.name, "fwd"), 0.0) for o in layer0) / n0
-    tp = max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
-             for s in range(cfg.pp)) * cfg.n_micro_batches
+    tp = tp_allreduce_s(pred, cfg)
     return {"overall": pred.total_s, "stage_fwd_max": pred.max_fwd_s, "stage_bwd_max": pred.max_bwd_s,
             "encoder_fwd": enc, "tp_allreduce": tp, "grad_sync": pred.grad_sync_s, "update": pred.update_s}
 
@@ -156,6 +193,14 @@ def _ci(values, n=2000, seed=0):
     v = np.asarray(values, float)
     rng = np.random.default_rng(seed)
     boots = [float(np.mean(rng.choice(v, len(v)))) for _ in range(n)]
+    return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+
+
+def _paired_ci(a, b, n=2000, seed=0):
+    """95 % bootstrap interval of mean(a - b) over configurations resampled together."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    rng = np.random.default_rng(seed)
+    boots = [float(np.mean(d[rng.integers(0, len(d), len(d))])) for _ in range(n)]
     return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
 
 
@@ -172,24 +217,29 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         hw["slow"] = local_hardware(comm, tier="slow", world=2, gpus_per_node=1)
     # one untimed prediction first: the first one imports what torch's meta device needs (sympy), once per process
     LearnedPredictor(models[0], comm).predict(PerfConfig(n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=V))
+    cal_runs = [(PerfConfig.model_validate(r["config"]), r["measured"]) for r in runs_d["calibration"]]
+    cals = [Calibration.fit(LearnedPredictor(m, comm), cal_runs) for m in models]
     rows = []
     for run in runs_d["runs"]:
         cfg = PerfConfig.model_validate(run["config"])
         tier = run["tier"]
         placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
-        preds = [LearnedPredictor(m, comm).predict(cfg, placement) for m in models]
+        preds = [LearnedPredictor(m, comm, c).predict(cfg, placement) for m, c in zip(models, cals)]
+        bare = LearnedPredictor(models[0], comm).predict(cfg, placement)
         base = LearnedPredictor(models[0].linear_base_only(), comm).predict(cfg, placement)
         roof = Roofline.predict(cfg, hw[tier], method="simulate")
         meas = run["measured"]
         comp_pred = [_predicted_components(p, cfg) for p in preds]
         comp_base, comp_roof = _predicted_components(base, cfg), _predicted_components(roof, cfg)
+        comp_bare = _predicted_components(bare, cfg)
         row = {"config": run["config"], "tier": tier, "measured_s": meas["overall"],
                "predicted_s": comp_pred[0]["overall"],
                "predicted_s_per_seed": [c["overall"] for c in comp_pred],
-               "roofline_s": roof.total_s, "linear_base_s": base.total_s,
+               "uncalibrated_s": bare.total_s, "roofline_s": roof.total_s, "linear_base_s": base.total_s,
                "prediction_time_s": preds[0].prediction_s, "steps_s": meas["steps_s"],
                "components": {}}
         row["error"] = (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        row["uncalibrated_error"] = (row["uncalibrated_s"] - row["measured_s"]) / row["measured_s"]
         row["roofline_error"] = (row["roofline_s"] - row["measured_s"]) / row["measured_s"]
         row["linear_base_error"] = (row["linear_base_s"] - row["measured_s"]) / row["measured_s"]
         for c in COMPONENTS:
@@ -197,8 +247,9 @@ def part_report(paths, out: Path, seeds: int) -> dict:
             if m_ <= 1e-5 or comp_pred[0][c] == 0.0 and comp_roof[c] == 0.0:
                 continue  # the component is absent in this configuration (no TP, no DP)
             row["components"][c] = {"measured_s": m_, "predicted_s": comp_pred[0][c], "roofline_s": comp_roof[c],
-                                    "linear_base_s": comp_base[c],
+                                    "linear_base_s": comp_base[c], "uncalibrated_s": comp_bare[c],
                                     "error": (comp_pred[0][c] - m_) / m_, "roofline_error": (comp_roof[c] - m_) / m_,
+                                    "uncalibrated_error": (comp_bare[c] - m_) / m_,
                                     "linear_base_error": (comp_base[c] - m_) / m_}
         rows.append(row)
 
@@ -215,6 +266,7 @@ def part_report(paths, out: Path, seeds: int) -> dict:
                          "mape": float(np.mean([abs(h["error"]) for h in have]) * 100),
                          "mean_signed_error": float(np.mean([h["error"] for h in have]) * 100),
                          "roofline_mape": float(np.mean([abs(h["roofline_error"]) for h in have]) * 100),
+                         "uncalibrated_mape": float(np.mean([abs(h["uncalibrated_error"]) for h in have]) * 100),
                          "linear_base_mape": float(np.mean([abs(h["linear_base_error"]) for h in have]) * 100)}
         components[c]["better_than_roofline"] = components[c]["mape"] < components[c]["roofline_mape"]
     per_seed = [float(np.mean([abs(r["predicted_s_per_seed"][s] - r["measured_s"]) / r["measured_s"] for r in rows]) * 100)
@@ -226,6 +278,12 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         "mape": summary("error")["mape"], "mape_ci95": summary("error")["ci95"],
         "mape_per_seed": per_seed,
         "roofline_mape": summary("roofline_error")["mape"], "roofline_mape_ci95": summary("roofline_error")["ci95"],
+        "uncalibrated_mape": summary("uncalibrated_error")["mape"],
+        "uncalibrated_mape_ci95": summary("uncalibrated_error")["ci95"],
+        "mape_minus_uncalibrated_ci95": _paired_ci([abs(r["error"]) * 100 for r in rows],
+                                                   [abs(r["uncalibrated_error"]) * 100 for r in rows]),
+        "calibration": cals[0].to_json(),
+        "calibration_runs": [{"config": r["config"], "measured": r["measured"]} for r in runs_d["calibration"]],
         "linear_base_mape": summary("linear_base_error")["mape"],
         "components": components,
         "goals": {"mape_le_5": summary("error")["mape"] <= 5.0,
@@ -234,7 +292,7 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         "prediction_time_s": {"max": max(r["prediction_time_s"] for r in rows),
                               "median": statistics.median(r["prediction_time_s"] for r in rows)},
         "regressors": models[0].table(), "fit_time_s_all_seeds": fit_s,
-        "measurement": {"steps": runs_d["steps"], "warmup": runs_d["warmup"],
+        "measurement": {"steps": runs_d["steps"], "warmup": runs_d["warmup"], "passes": runs_d.get("passes", 1),
                         "step_time_cv_percent_median": statistics.median(step_cv),
                         "netns_skipped": runs_d.get("netns_skipped"), "slow_rate_mbit": comm_d.get("slow_rate_mbit"),
                         "slow_goodput_mbit": comm_d.get("slow_goodput_mbit"),
@@ -252,6 +310,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", type=int, default=60, help="sampler model configurations")
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=3, help="times each run is measured, in turn")
     ap.add_argument("--comm-repeats", type=int, default=15)
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args(argv)
@@ -262,7 +321,7 @@ def main(argv=None) -> int:
     if a.part in ("all", "comm"):
         part_comm(paths, a.comm_repeats)
     if a.part in ("all", "runs"):
-        part_runs(paths, a.steps, a.warmup)
+        part_runs(paths, a.steps, a.warmup, a.passes)
     if a.part in ("all", "report"):
         write(a.out, part_report(paths, a.out, a.seeds))
     return 0

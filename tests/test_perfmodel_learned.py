@@ -14,7 +14,7 @@ import pytest
 from lab.training.perfmodel import PerfConfig, decompose, stage_parameters
 from lab.training.perfmodel.comm import CommModel
 from lab.training.perfmodel.parallel import StageModule, measure_steps
-from lab.training.perfmodel.predict import LearnedPredictor
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, compute_calls, tp_allreduce_s
 from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel, fit_primitives
 
@@ -118,6 +118,85 @@ def test_every_compute_operator_has_a_primitive_and_the_predictor_composes():
     assert p.prediction_s < 1.0
 
 
+def _stub_predictor(per_flop: float = 0.0):
+    """Every primitive 1 ms (+ ``per_flop`` s a FLOP), every collective 0.5 ms, engine overhead 0.1 ms."""
+    prims = PrimitiveModel({}, 1e-4, "cpu")
+    prims.predict = lambda kind, direction, precision, features, flops, nbytes: 1e-3 + per_flop * flops
+    prims.predict_many = lambda kind, direction, precision, items: [1e-3 + per_flop * f for _, f, _ in items]
+    rows = [{"collective": c, "world": 2, "tier": "loopback", "bytes": b, "time_s": 5e-4}
+            for c in ("all_reduce", "send_recv") for b in (1, 10**9)]
+    return LearnedPredictor(prims, CommModel(rows))
+
+
+def test_calibration_finds_a_known_multiplier_and_per_call_offset_and_scales_compute_not_collectives():
+    bare = _stub_predictor(per_flop=1e-8)
+    cfgs = [PerfConfig(n_layer=L, d_model=d, n_head=2, seq_len=s, vocab_size=40, n_micro_batches=2)
+            for L, d, s in ((1, 32, 8), (2, 64, 16), (3, 96, 32), (2, 128, 8))]
+    preds = [bare.predict(c) for c in cfgs]
+    calls = [compute_calls(c) for c in cfgs]
+    # forward: 2x the prediction + 40 us a call (the affine form fits it exactly, leave-one-out error 0);
+    # backward 1.5x; update 0.4x, 0.5x, 0.9x (always multiplicative: the median, 0.5)
+    runs = [(c, {"stage_fwd_max": 2.0 * p.max_fwd_s + 4e-5 * n, "stage_bwd_max": 1.5 * p.max_bwd_s,
+                 "update": k * p.update_s}) for c, p, n, k in zip(cfgs[:3], preds, calls, (0.4, 0.5, 0.9))]
+    cal = Calibration.fit(bare, runs)
+    f = cal.factors[1]
+    assert cal.forms[1]["fwd"] == "affine" and cal.loo_mape[1]["fwd"]["affine"] < 1e-6 < cal.loo_mape[1]["fwd"]["multiplicative"]
+    assert f["fwd"] == pytest.approx(2.0, rel=1e-6) and f["fwd_op_s"] == pytest.approx(4e-5, rel=1e-6)
+    assert f["update"] == pytest.approx(0.5) and cal.forms[1]["update"] == "multiplicative" and cal.n_runs == {1: 3}
+    assert Calibration.from_json(json.loads(json.dumps(cal.to_json()))) == cal
+    # a held-out configuration: the calibrated prediction follows the same law
+    p = LearnedPredictor(bare.primitives, bare.comm, cal).predict(cfgs[3])
+    assert p.max_fwd_s == pytest.approx(2.0 * preds[3].max_fwd_s + 4e-5 * calls[3], rel=1e-6)
+    assert p.max_bwd_s == pytest.approx(1.5 * preds[3].max_bwd_s, rel=1e-6)
+    assert p.update_s == pytest.approx(0.5 * preds[3].update_s)
+    # a world with no entry takes the largest calibrated world below it; none below: no correction
+    cal2 = Calibration({1: {"fwd": 3.0, "bwd": 1.5, "update": 0.5}, 2: {"fwd": 5.0, "bwd": 1.0, "update": 1.0}})
+    assert cal2.factor(4, "fwd") == 5.0 and cal2.factor(1, "fwd") == 3.0
+    assert Calibration().factor(1, "bwd") == 1.0 and Calibration().factor(1, "bwd_op_s") == 0.0
+    # TP 2 (two ranks, world-1 factors): the all-reduces keep their measured 0.5 ms, the compute is calibrated
+    tp = cfgs[0].model_copy(update={"tp": 2})
+    b2 = bare.predict(tp).plan.by_operator
+    c2 = LearnedPredictor(bare.primitives, bare.comm, cal).predict(tp).plan.by_operator
+    for key, t in b2.items():
+        if key[1].startswith("tp_allreduce"):
+            want = t
+        elif key[1] == "optimizer_step":
+            want = 0.5 * t
+        else:  # by_operator sums an operator over its layers: calls x layers
+            n = sum(o.calls for o in decompose(tp) if (o.stage, o.name) == key[:2])
+            want = (2.0 * t + 4e-5 * n) if key[2] == "fwd" else 1.5 * t
+        assert c2[key] == pytest.approx(want, rel=1e-6), key
+
+
+def test_calibration_of_the_tp_allreduce_comes_from_tp_runs_and_scales_only_it():
+    bare = _stub_predictor()
+    tp = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, n_micro_batches=2, tp=2)
+    pb = bare.predict(tp)
+    tp_s = tp_allreduce_s(pb, tp)
+    # 0.5 ms a call: every TP all-reduce call of the decomposition, in each direction it moves bytes, per micro-batch
+    calls = sum(o.calls * ((o.fwd_bytes > 0) + (o.bwd_bytes > 0)) for o in decompose(tp)
+                if o.name.startswith("tp_allreduce"))
+    assert calls >= 4 * tp.n_layer and tp_s == pytest.approx(5e-4 * calls * tp.n_micro_batches)
+    cal = Calibration.fit(bare, [(tp, {"tp_allreduce": 4.0 * tp_s}), (tp, {"tp_allreduce": 6.0 * tp_s}),
+                                 (tp, {"tp_allreduce": 5.0 * tp_s})])
+    assert cal.factors == {2: {"tp_comm": pytest.approx(5.0)}} and cal.factor(2, "fwd") == 1.0
+    pc = LearnedPredictor(bare.primitives, bare.comm, cal).predict(tp)
+    assert tp_allreduce_s(pc, tp) == pytest.approx(5.0 * tp_s)
+    for key, t in pb.plan.by_operator.items():
+        assert pc.plan.by_operator[key] == pytest.approx(5.0 * t if key[1].startswith("tp_allreduce") else t), key
+
+
+@pytest.mark.parametrize("bad", [{"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3},
+                                 {"stage_fwd_max": 1e-3, "stage_bwd_max": -1.0, "update": 1e-3},
+                                 {"stage_fwd_max": float("nan"), "stage_bwd_max": 1e-3, "update": 1e-3}])
+def test_calibration_refuses_a_run_without_a_positive_component(bad):
+    cfg = PerfConfig(n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=40)
+    missing = next(k for k in ("stage_fwd_max", "stage_bwd_max", "update")
+                   if not (isinstance(bad.get(k), float) and bad[k] > 0))
+    with pytest.raises(ValueError, match=missing):
+        Calibration.fit(_stub_predictor(), [(cfg, bad)])
+
+
 def test_measured_tensor_parallel_step_runs_and_reports_its_parts():
     cfg = PerfConfig(n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=40, tp=2, n_micro_batches=2)
     times, ranks = measure_steps(cfg, steps=2, warmup=1, detail=True, timeout_s=120)
@@ -144,10 +223,20 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
     assert res["mape"] == pytest.approx(np.mean([abs(r["error"]) for r in rows]) * 100)
     assert res["roofline_mape"] == pytest.approx(np.mean([abs(r["roofline_error"]) for r in rows]) * 100)
     assert {"stage_fwd_max", "stage_bwd_max", "overall"} <= set(res["components"])
+    assert res["uncalibrated_mape"] == pytest.approx(np.mean([abs(r["uncalibrated_error"]) for r in rows]) * 100)
+    # the calibration: refit from its own runs gives the committed factors; no calibration run is a validation shape
+    shapes = lambda c: (c["d_model"], c["seq_len"], c["vocab_size"])  # noqa: E731
+    cal_runs = res["calibration_runs"]
+    assert len(cal_runs) >= 8 and not {shapes(r["config"]) for r in cal_runs} & {shapes(r["config"]) for r in rows}
+    assert {(r["config"]["dp"], r["config"]["tp"]) for r in cal_runs} == {(1, 1), (2, 1), (1, 2)}
     layouts = {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in rows}
     assert {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)} <= layouts
     ex = Explorer(RESULTS.parent)
-    for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1]:
+    refit = Calibration.fit(ex.learned, [(PerfConfig.model_validate(r["config"]), r["measured"]) for r in cal_runs])
+    assert ex.calibration == Calibration.from_json(res["calibration"]) and refit.n_runs == ex.calibration.n_runs
+    for w, f in refit.factors.items():
+        assert f == pytest.approx(ex.calibration.factors[w], rel=5e-3)
+    for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1] + [r for r in rows if r["config"]["tp"] == 2][:1]:
         cfg = PerfConfig.model_validate(r["config"])
         got = ex.predict(cfg, "local", r["tier"])
         # Not bit for bit: the refit's base (scipy's nnls) and log features go through this CPU's BLAS and

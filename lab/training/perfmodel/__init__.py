@@ -7,7 +7,7 @@ hardware description files (:mod:`~lab.training.perfmodel.hardware`), the roofli
 (:mod:`~lab.training.perfmodel.roofline`), the sampler that times each primitive alone
 (:mod:`~lab.training.perfmodel.profile`, on the functions of :mod:`~lab.training.perfmodel.primitives`), the
 per-operator tree-ensemble regressors (:mod:`~lab.training.perfmodel.regress`), the measured gloo collectives
-per network tier (:mod:`~lab.training.perfmodel.comm`), the learned predictor
+per network tier (:mod:`~lab.training.perfmodel.comm`), the learned predictor and its in-situ calibration
 (:mod:`~lab.training.perfmodel.predict`) and the measured DP / TP / PP training steps it is validated against
 (:mod:`~lab.training.perfmodel.parallel`). ``python -m benchmarks.perfmodel`` runs the whole comparison.
 """

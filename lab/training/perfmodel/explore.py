@@ -3,7 +3,7 @@ the measured step beside it where the benchmark ran that configuration.
 
 :class:`Explorer` loads the committed benchmark files (the sampler's samples, the gloo collective curves,
 the validation runs and the chosen regressors of ``benchmarks/results/perfmodel*.json``), refits the
-chosen regressors, and answers ``predict(config, hardware)``: ``"local"`` is this machine with the
+chosen regressors, applies the report's in-situ calibration, and answers ``predict(config, hardware)``: ``"local"`` is this machine with the
 learned model; any hardware file name (:func:`.hardware.available_hardware`) is a what-if with the
 roofline on that file's numbers. :data:`CONTROLS`, :data:`TIERS` and :data:`SCHEDULES` are the values the
 explorer offers (its sliders' ranges and dropdowns' choices, and its dashboard's URL parameters);
@@ -23,7 +23,7 @@ from lab.training.perfmodel.compose import StepPrediction
 from lab.training.errors import ExplorerError
 from lab.training.perfmodel.config import PerfConfig
 from lab.training.perfmodel.hardware import available_hardware, load_hardware
-from lab.training.perfmodel.predict import LearnedPredictor, one_rank_per_host, single_tier
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, one_rank_per_host, single_tier
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
@@ -218,7 +218,9 @@ class Explorer:
         samples = json.loads(files["samples"].read_text())
         self.primitives = fit_primitives(samples, chosen=report["regressors"])
         self.comm = CommModel(json.loads(files["comm"].read_text())["rows"])
-        self.learned = LearnedPredictor(self.primitives, self.comm)
+        # the benchmark's in-situ calibration (seed 0's), when its report has one
+        self.calibration = Calibration.from_json(report["calibration"]) if "calibration" in report else None
+        self.learned = LearnedPredictor(self.primitives, self.comm, self.calibration)
         self.runs = json.loads(files["runs"].read_text())["runs"]
         self.report = report
 

@@ -11,14 +11,31 @@ every operator's backward and charged once per stage backward (on the stage's fi
 :func:`local_hardware` describes this machine for the roofline baseline (:mod:`.roofline`): peak FLOP/s of a
 large single-thread matmul, memory bandwidth of a large copy and the link from the measured send/recv
 curve, each labelled ``measured`` — the roofline gets this machine's own best rates, not a datasheet's.
+
+:class:`Calibration` is the in-situ correction: an operator timed alone runs faster than the same operator
+inside a training step (its weights and inputs stay in cache, the allocator hands back the block the last
+call freed instead of fresh pages, the other rank on the machine does not compete for cache and memory
+bandwidth), and a shared machine's speed drifts between the sampler's session and the runs'. Real steps
+of a few *calibration* configurations, drawn from the sampler's grid and never from the validation set
+and measured in the validation runs' session, give per number of ranks sharing the machine a multiplier
+for the optimizer update and, for forward and backward, a multiplier or a multiplier plus seconds per
+operator call (whichever predicts the calibration runs better, leave one out). The tensor-parallel
+all-reduces get a multiplier too: inside a step each of them also waits for the slower rank of its pair
+and for a rank woken from compute, which the back-to-back curve of :mod:`.comm` does not see. The other
+collectives keep their measured curves.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from scipy.optimize import nnls
 
 from lab.training.perfmodel.comm import CommModel
 from lab.training.perfmodel.compose import StepPrediction, compose
@@ -28,7 +45,7 @@ from lab.training.perfmodel.operators import Operator, decompose
 from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel
 
-__all__ = ["LearnedPredictor", "Placement", "local_hardware", "single_tier", "one_rank_per_host"]
+__all__ = ["Calibration", "LearnedPredictor", "Placement", "compute_calls", "tp_allreduce_s", "local_hardware", "single_tier", "one_rank_per_host"]
 
 #: ``placement(op) -> tier`` of a collective operator.
 Placement = Callable[[Operator], str]
@@ -45,6 +62,149 @@ def one_rank_per_host(fast: str = "fast", slow: str = "slow") -> Placement:
     return lambda op: slow if op.group_size > 1 else fast
 
 
+#: The measured components a calibration compares, and the keys each one gives: the compute directions
+#: from runs without tensor parallelism (where a stage's forward and backward are compute only), the TP
+#: all-reduce's from runs with it.
+_CALIBRATED = {"stage_fwd_max": "fwd", "stage_bwd_max": "bwd", "update": "update"}
+_CALIBRATED_TP = {"tp_allreduce": "tp_comm"}
+#: Keys with a per-call offset (seconds per operator call) beside the multiplier.
+_AFFINE = ("fwd", "bwd")
+
+
+def tp_allreduce_s(pred: StepPrediction, config: PerfConfig) -> float:
+    """Seconds of TP all-reduce per step on the stage with the most (all micro-batches, both directions)."""
+    by = pred.plan.by_operator
+    return max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
+               for s in range(config.pp)) * config.n_micro_batches
+
+
+def compute_calls(config: PerfConfig, ops=None) -> int:
+    """Compute-operator calls per micro-batch on the stage with the most (forward, or backward: the same)."""
+    ops = decompose(config) if ops is None else ops
+    return max(sum(o.calls for o in ops if o.stage == s and not o.is_collective and o.phase == "micro_batch")
+               for s in range(config.pp))
+
+
+def _multiplicative(rows):
+    return statistics.median(m / p for p, _, m in rows), 0.0
+
+
+def _affine(rows):
+    """``(f, c) >= 0`` minimising the relative squared error of ``f * predicted + c * calls``."""
+    a = np.array([[p / m, n / m] for p, n, m in rows])
+    coef, _ = nnls(a, np.ones(len(rows)))
+    return float(coef[0]), float(coef[1])
+
+
+def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
+    """Fit one key's ``(multiplier, offset per call)``; the form (multiplicative, or affine where allowed and
+    there are >= 3 runs) with the lower leave-one-out MAPE over ``rows`` wins, multiplicative on a tie."""
+    forms = {"multiplicative": _multiplicative}
+    if affine and len(rows) >= 3:
+        forms["affine"] = _affine
+    scores: dict[str, float] = {}
+    if len(rows) >= 2:
+        for name, fn in forms.items():
+            errs = []
+            for i, (p, n, m) in enumerate(rows):
+                f, c = fn(rows[:i] + rows[i + 1:])
+                errs.append(abs(f * p + c * n - m) / m * 100)
+            scores[name] = float(np.mean(errs))
+    best = min(scores, key=lambda k: (scores[k], k != "multiplicative")) if scores else "multiplicative"
+    f, c = forms[best](rows)
+    return f, c, best, scores
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """In-situ corrections of the predicted seconds, per ranks sharing the machine.
+
+    ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
+    ``"fwd_op_s"``, ``"bwd_op_s"`` (seconds per operator call): in a run of ``world`` ranks on this machine
+    (dp x tp x pp; the shaped tiers' namespaces share the same cores) a forward operator's regressor time
+    ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's likewise, the optimizer step's
+    ``update * t``, a TP all-reduce's measured-curve time ``tp_comm * t``. A key missing at ``world`` comes
+    from the largest calibrated world below it that has it (none: multiplier 1, offset 0).
+    ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
+    leave-one-out error over the calibration runs (%), which chose it.
+    """
+
+    factors: dict[int, dict[str, float]] = field(default_factory=dict)
+    n_runs: dict[int, int] = field(default_factory=dict)
+    forms: dict[int, dict[str, str]] = field(default_factory=dict)
+    loo_mape: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+
+    def factor(self, world: int, key: str) -> float:
+        """The value of ``key`` (see the class) at ``world`` ranks."""
+        below = [w for w in self.factors if w <= world and key in self.factors[w]]
+        return self.factors[max(below)][key] if below else (0.0 if key.endswith("_op_s") else 1.0)
+
+    @classmethod
+    def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
+        """Fit every key per world from ``runs``: the TP all-reduce and the update multiplicatively (median
+        ratio measured / predicted), forward and backward in the form that wins leave-one-out.
+
+        Parameters
+        ----------
+        predictor : LearnedPredictor
+            Uncalibrated (its own calibration is ignored).
+        runs : iterable of (PerfConfig, dict)
+            Each configuration (on the loopback tier) with its measured components (seconds):
+            ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == 1``, ``tp_allreduce``
+            where ``tp > 1`` (:func:`benchmarks.perfmodel._summarise_run`'s keys).
+
+        Raises
+        ------
+        ValueError
+            A run lacks one of those components or has one that is not a positive finite number
+            (the message names the configuration and the component).
+        """
+        bare = LearnedPredictor(predictor.primitives, predictor.comm)
+        rows: dict[int, dict[str, list[tuple[float, int, float]]]] = {}
+        n_runs: dict[int, int] = {}
+        for cfg, measured in runs:
+            ops = decompose(cfg)
+            pred = bare.predict(cfg)
+            world = cfg.dp * cfg.tp * cfg.pp
+            if cfg.tp > 1:
+                comps, got = _CALIBRATED_TP, {"tp_allreduce": tp_allreduce_s(pred, cfg)}
+            else:
+                comps = _CALIBRATED
+                got = {"stage_fwd_max": pred.max_fwd_s, "stage_bwd_max": pred.max_bwd_s, "update": pred.update_s}
+            per = rows.setdefault(world, {})
+            for comp, key in comps.items():
+                m = measured.get(comp)
+                if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+                    raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured {comp} = {m!r}, "
+                                     "not a positive number of seconds")
+                per.setdefault(key, []).append((got[comp], compute_calls(cfg, ops), float(m)))
+            n_runs[world] = n_runs.get(world, 0) + 1
+        factors: dict[int, dict[str, float]] = {}
+        forms: dict[int, dict[str, str]] = {}
+        loo: dict[int, dict[str, dict[str, float]]] = {}
+        for w, per in rows.items():
+            factors[w], forms[w], loo[w] = {}, {}, {}
+            for key, r in per.items():
+                f, c, form, scores = _fit_key(r, key in _AFFINE)
+                factors[w][key] = f
+                if key in _AFFINE:
+                    factors[w][f"{key}_op_s"] = c
+                forms[w][key], loo[w][key] = form, scores
+        return cls(factors, n_runs, forms, loo)
+
+    def to_json(self) -> dict:
+        return {"factors": {str(w): f for w, f in self.factors.items()},
+                "n_runs": {str(w): n for w, n in self.n_runs.items()},
+                "forms": {str(w): f for w, f in self.forms.items()},
+                "loo_mape": {str(w): f for w, f in self.loo_mape.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        return cls({int(w): dict(f) for w, f in d["factors"].items()}, {int(w): n for w, n in d["n_runs"].items()},
+                   {int(w): dict(f) for w, f in d.get("forms", {}).items()},
+                   {int(w): {k: dict(v) for k, v in f.items()} for w, f in d.get("loo_mape", {}).items()})
+
+
 class LearnedPredictor:
     """Step time from the fitted primitives and the measured collectives.
 
@@ -52,10 +212,12 @@ class LearnedPredictor:
     ----------
     primitives : PrimitiveModel
     comm : CommModel
+    calibration : Calibration, optional
+        In-situ multipliers of the compute operators (default none: the regressors' isolated times).
     """
 
-    def __init__(self, primitives: PrimitiveModel, comm: CommModel):
-        self.primitives, self.comm = primitives, comm
+    def __init__(self, primitives: PrimitiveModel, comm: CommModel, calibration: Calibration | None = None):
+        self.primitives, self.comm, self.calibration = primitives, comm, calibration
 
     def _batch(self, config: PerfConfig, ops) -> dict:
         """Every compute operator's time, one regressor call per (kind, direction) (trees predict in batches)."""
@@ -83,11 +245,15 @@ class LearnedPredictor:
         cache: dict = self._batch(config, ops) if ops is not None else {}
         firsts: set = set()
         seen_stages: set = set()
+        world = config.dp * config.tp * config.pp
+        cal = self.calibration if self.calibration is not None else Calibration()  # none: factors 1, offsets 0
+        scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "fwd_op_s", "bwd_op_s")}
 
         def fn(op: Operator, direction: str) -> float:
             nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
             if op.is_collective:
-                return op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
+                t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
+                return t * scale["tp_comm"] if op.name.startswith("tp_allreduce") else t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
             key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
@@ -104,7 +270,9 @@ class LearnedPredictor:
                     firsts.add(tag)
                 if tag in firsts:
                     t += self.primitives.engine_overhead_s
-            return t
+            if op.phase != "micro_batch":
+                return t * scale["update"]
+            return t * scale[direction] + op.calls * scale[f"{direction}_op_s"]
         return fn
 
     def predict(self, config: PerfConfig, placement: Placement | None = None, **compose_kw) -> StepPrediction:
