@@ -66,7 +66,7 @@ CONFIGS = [
 SHAPED_CONFIGS = [_c(2, 128, 4, 64, 2, 2, dp=2), _c(2, 128, 4, 64, 2, 2, tp=2), _c(2, 128, 4, 64, 2, 4, pp=2)]
 #: Calibration runs (in-situ multipliers, :class:`lab.training.perfmodel.predict.Calibration`): shapes from the
 #: sampler's grid (d, s, V of ``SAMPLE_GRID``), none of them a validation shape: one rank, two (DP 2) for the
-#: compute multipliers, TP 2 for the TP all-reduce's.
+#: compute multipliers, TP 2 for the TP all-reduce's, PP 2 for the pipeline sends'.
 CALIBRATION_CONFIGS = [
     PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2),
     PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2),
@@ -80,6 +80,10 @@ CALIBRATION_CONFIGS = [
     PerfConfig(n_layer=3, d_model=144, n_head=8, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2, tp=2),
     PerfConfig(n_layer=2, d_model=208, n_head=16, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1, tp=2),
     PerfConfig(n_layer=3, d_model=240, n_head=16, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2, tp=2),
+    PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=4, pp=2),
+    PerfConfig(n_layer=4, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=3, pp=2),
+    PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=2, pp=2),
+    PerfConfig(n_layer=4, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=4, pp=2),
 ]
 SLOW_MBIT = 400.0
 COMPONENTS = ["encoder_fwd", "stage_fwd_max", "stage_bwd_max", "tp_allreduce", "grad_sync", "update", "overall"]

@@ -153,6 +153,10 @@ def test_calibration_finds_a_known_multiplier_and_per_call_offset_and_scales_com
     cal2 = Calibration({1: {"fwd": 3.0, "bwd": 1.5, "update": 0.5}, 2: {"fwd": 5.0, "bwd": 1.0, "update": 1.0}})
     assert cal2.factor(4, "fwd") == 5.0 and cal2.factor(1, "fwd") == 3.0
     assert Calibration().factor(1, "bwd") == 1.0 and Calibration().factor(1, "bwd_op_s") == 0.0
+    assert Calibration().factor(2, "pp_send_s") == 0.0
+    # no calibration is the identity: the same step as an empty one, the regressors' own times
+    pp = cfgs[0].model_copy(update={"pp": 2, "n_layer": 2})
+    assert bare.predict(pp).plan.by_operator == LearnedPredictor(bare.primitives, bare.comm, Calibration()).predict(pp).plan.by_operator
     # TP 2 (two ranks, world-1 factors): the all-reduces keep their measured 0.5 ms, the compute is calibrated
     tp = cfgs[0].model_copy(update={"tp": 2})
     b2 = bare.predict(tp).plan.by_operator
@@ -184,6 +188,22 @@ def test_calibration_of_the_tp_allreduce_comes_from_tp_runs_and_scales_only_it()
     assert tp_allreduce_s(pc, tp) == pytest.approx(5.0 * tp_s)
     for key, t in pb.plan.by_operator.items():
         assert pc.plan.by_operator[key] == pytest.approx(5.0 * t if key[1].startswith("tp_allreduce") else t), key
+
+
+def test_calibration_of_the_pp_sends_solves_for_the_measured_step():
+    bare = _stub_predictor()
+    pp = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, n_micro_batches=3, pp=2)
+    truth = Calibration({2: {"pp_send_s": 2e-4}})
+    target = LearnedPredictor(bare.primitives, bare.comm, truth).predict(pp).total_s
+    # the sends are on the critical path: 0.2 ms more each lengthens the step
+    assert target > bare.predict(pp).total_s + 2e-4
+    cal = Calibration.fit(bare, [(pp, {"overall": target})])
+    assert cal.factors == {2: {"pp_send_s": pytest.approx(2e-4, rel=1e-6)}} and cal.n_runs == {2: 1}
+    # a step already slower without any wait than measured: 0; one no wait up to 10 ms reaches: 10 ms
+    assert Calibration.fit(bare, [(pp, {"overall": 1e-6})]).factors[2]["pp_send_s"] == 0.0
+    assert Calibration.fit(bare, [(pp, {"overall": 1e3})]).factors[2]["pp_send_s"] == 0.01
+    with pytest.raises(ValueError, match="overall"):
+        Calibration.fit(bare, [(pp, {"overall": -1.0})])
 
 
 @pytest.mark.parametrize("bad", [{"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3},
@@ -227,8 +247,9 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
     # the calibration: refit from its own runs gives the committed factors; no calibration run is a validation shape
     shapes = lambda c: (c["d_model"], c["seq_len"], c["vocab_size"])  # noqa: E731
     cal_runs = res["calibration_runs"]
-    assert len(cal_runs) >= 8 and not {shapes(r["config"]) for r in cal_runs} & {shapes(r["config"]) for r in rows}
-    assert {(r["config"]["dp"], r["config"]["tp"]) for r in cal_runs} == {(1, 1), (2, 1), (1, 2)}
+    assert len(cal_runs) >= 16 and not {shapes(r["config"]) for r in cal_runs} & {shapes(r["config"]) for r in rows}
+    assert {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in cal_runs} == \
+        {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)}
     layouts = {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in rows}
     assert {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)} <= layouts
     ex = Explorer(RESULTS.parent)

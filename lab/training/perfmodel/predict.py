@@ -20,9 +20,9 @@ of a few *calibration* configurations, drawn from the sampler's grid and never f
 and measured in the validation runs' session, give per number of ranks sharing the machine a multiplier
 for the optimizer update and, for forward and backward, a multiplier or a multiplier plus seconds per
 operator call (whichever predicts the calibration runs better, leave one out). The tensor-parallel
-all-reduces get a multiplier too: inside a step each of them also waits for the slower rank of its pair
-and for a rank woken from compute, which the back-to-back curve of :mod:`.comm` does not see. The other
-collectives keep their measured curves.
+all-reduces get a multiplier and the pipeline sends seconds per send: inside a step each of them also
+waits for the slower rank of its pair and for a rank woken from compute, which the back-to-back curves
+of :mod:`.comm` do not see. The DP collectives keep their measured curves.
 """
 
 from __future__ import annotations
@@ -115,15 +115,39 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
     return f, c, best, scores
 
 
+def _solve_pp_send(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
+                   hi: float = 0.01) -> float:
+    """The seconds added to each PP send, in ``[0, hi]``, whose calibrated step time is ``measured_s``
+    (bisection: the simulated step only grows with the sends' time); an end of the bracket when none
+    inside reaches it."""
+    w = cfg.dp * cfg.tp * cfg.pp
+
+    def step(k: float) -> float:
+        f = {ww: dict(v) for ww, v in cal.factors.items()}
+        f.setdefault(w, {})["pp_send_s"] = k
+        return LearnedPredictor(bare.primitives, bare.comm, Calibration(f)).predict(cfg).total_s
+
+    lo, up = 0.0, hi
+    if step(lo) >= measured_s:
+        return lo
+    if step(up) <= measured_s:
+        return up
+    for _ in range(40):
+        mid = (lo + up) / 2
+        lo, up = (mid, up) if step(mid) < measured_s else (lo, mid)
+    return (lo + up) / 2
+
+
 @dataclass(frozen=True)
 class Calibration:
     """In-situ corrections of the predicted seconds, per ranks sharing the machine.
 
     ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
-    ``"fwd_op_s"``, ``"bwd_op_s"`` (seconds per operator call): in a run of ``world`` ranks on this machine
+    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"pp_send_s"`` (seconds per call): in a run of ``world`` ranks on this machine
     (dp x tp x pp; the shaped tiers' namespaces share the same cores) a forward operator's regressor time
     ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's likewise, the optimizer step's
-    ``update * t``, a TP all-reduce's measured-curve time ``tp_comm * t``. A key missing at ``world`` comes
+    ``update * t``, a TP all-reduce's measured-curve time ``tp_comm * t``, a PP send's ``t + pp_send_s`` (a wait, not a rate: the
+    same on a slow link). A key missing at ``world`` comes
     from the largest calibrated world below it that has it (none: multiplier 1, offset 0).
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
     leave-one-out error over the calibration runs (%), which chose it.
@@ -137,12 +161,14 @@ class Calibration:
     def factor(self, world: int, key: str) -> float:
         """The value of ``key`` (see the class) at ``world`` ranks."""
         below = [w for w in self.factors if w <= world and key in self.factors[w]]
-        return self.factors[max(below)][key] if below else (0.0 if key.endswith("_op_s") else 1.0)
+        return self.factors[max(below)][key] if below else (0.0 if key.endswith("_s") else 1.0)
 
     @classmethod
     def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
         """Fit every key per world from ``runs``: the TP all-reduce and the update multiplicatively (median
-        ratio measured / predicted), forward and backward in the form that wins leave-one-out.
+        ratio measured / predicted), forward and backward in the form that wins leave-one-out, then the PP
+        sends: per run with ``pp > 1`` the seconds per send that make the calibrated step its measured
+        step (bisection), the median over runs.
 
         Parameters
         ----------
@@ -150,8 +176,8 @@ class Calibration:
             Uncalibrated (its own calibration is ignored).
         runs : iterable of (PerfConfig, dict)
             Each configuration (on the loopback tier) with its measured components (seconds):
-            ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == 1``, ``tp_allreduce``
-            where ``tp > 1`` (:func:`benchmarks.perfmodel._summarise_run`'s keys).
+            ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1``, ``tp_allreduce``
+            where ``tp > 1``, ``overall`` where ``pp > 1`` (:func:`benchmarks.perfmodel._summarise_run`'s keys).
 
         Raises
         ------
@@ -162,7 +188,11 @@ class Calibration:
         bare = LearnedPredictor(predictor.primitives, predictor.comm)
         rows: dict[int, dict[str, list[tuple[float, int, float]]]] = {}
         n_runs: dict[int, int] = {}
+        runs = list(runs)
+        pp_runs = [(cfg, m) for cfg, m in runs if cfg.pp > 1]
         for cfg, measured in runs:
+            if cfg.pp > 1:
+                continue
             ops = decompose(cfg)
             pred = bare.predict(cfg)
             world = cfg.dp * cfg.tp * cfg.pp
@@ -190,6 +220,20 @@ class Calibration:
                 if key in _AFFINE:
                     factors[w][f"{key}_op_s"] = c
                 forms[w][key], loo[w][key] = form, scores
+        # PP sends last: each PP run's seconds per send make the calibrated step (compute and TP as fitted
+        # above) equal its measured step; the median over runs per world
+        ks: dict[int, list[float]] = {}
+        for cfg, measured in pp_runs:
+            m = measured.get("overall")
+            if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+                raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured overall = {m!r}, "
+                                 "not a positive number of seconds")
+            world = cfg.dp * cfg.tp * cfg.pp
+            ks.setdefault(world, []).append(_solve_pp_send(bare, cls(factors), cfg, float(m)))
+            n_runs[world] = n_runs.get(world, 0) + 1
+        for w, k in ks.items():
+            factors.setdefault(w, {})["pp_send_s"] = statistics.median(k)
+            forms.setdefault(w, {})["pp_send_s"] = "additive"
         return cls(factors, n_runs, forms, loo)
 
     def to_json(self) -> dict:
@@ -247,13 +291,16 @@ class LearnedPredictor:
         seen_stages: set = set()
         world = config.dp * config.tp * config.pp
         cal = self.calibration if self.calibration is not None else Calibration()  # none: factors 1, offsets 0
-        scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "fwd_op_s", "bwd_op_s")}
+        scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "pp_send_s", "fwd_op_s",
+                                                    "bwd_op_s")}
 
         def fn(op: Operator, direction: str) -> float:
             nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
             if op.is_collective:
                 t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
-                return t * scale["tp_comm"] if op.name.startswith("tp_allreduce") else t
+                if op.name.startswith("tp_allreduce"):
+                    return t * scale["tp_comm"]
+                return t + op.calls * scale["pp_send_s"] if op.name == "pp_p2p" else t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
             key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
