@@ -14,7 +14,7 @@ import pytest
 from lab.training.perfmodel import PerfConfig, decompose, stage_parameters
 from lab.training.perfmodel.comm import CommModel
 from lab.training.perfmodel.parallel import StageModule, measure_steps
-from lab.training.perfmodel.predict import Calibration, LearnedPredictor, compute_calls, tp_allreduce_s
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, compute_calls, tp_allreduce_s, tp_calls
 from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel, fit_primitives
 
@@ -183,7 +183,9 @@ def test_calibration_of_the_tp_allreduce_comes_from_tp_runs_and_scales_only_it()
     assert calls >= 4 * tp.n_layer and tp_s == pytest.approx(5e-4 * calls * tp.n_micro_batches)
     cal = Calibration.fit(bare, [(tp, {"tp_allreduce": 4.0 * tp_s}), (tp, {"tp_allreduce": 6.0 * tp_s}),
                                  (tp, {"tp_allreduce": 5.0 * tp_s})])
-    assert cal.factors == {2: {"tp_comm": pytest.approx(5.0)}} and cal.factor(2, "fwd") == 1.0
+    # the three runs share one shape: the multiplier (their median) wins; the affine form cannot tell calls from time
+    assert cal.factors == {2: {"tp_comm": pytest.approx(5.0), "tp_comm_op_s": 0.0}} and cal.factor(2, "fwd") == 1.0
+    assert cal.forms[2]["tp_comm"] == "multiplicative" and tp_calls(tp) == calls * tp.n_micro_batches
     pc = LearnedPredictor(bare.primitives, bare.comm, cal).predict(tp)
     assert tp_allreduce_s(pc, tp) == pytest.approx(5.0 * tp_s)
     for key, t in pb.plan.by_operator.items():

@@ -20,9 +20,9 @@ of a few *calibration* configurations, drawn from the sampler's grid and never f
 and measured in the validation runs' session, give per number of ranks sharing the machine a multiplier
 for the optimizer update and, for forward and backward, a multiplier or a multiplier plus seconds per
 operator call (whichever predicts the calibration runs better, leave one out). The tensor-parallel
-all-reduces get a multiplier and the pipeline sends seconds per send: inside a step each of them also
-waits for the slower rank of its pair and for a rank woken from compute, which the back-to-back curves
-of :mod:`.comm` do not see. The DP collectives keep their measured curves.
+all-reduces get the same choice of forms and the pipeline sends seconds per send: inside a step each of
+them also waits for the slower rank of its pair and for a rank woken from compute, which the
+back-to-back curves of :mod:`.comm` do not see. The DP collectives keep their measured curves.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from lab.training.perfmodel.operators import Operator, decompose
 from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel
 
-__all__ = ["Calibration", "LearnedPredictor", "Placement", "compute_calls", "tp_allreduce_s", "local_hardware", "single_tier", "one_rank_per_host"]
+__all__ = ["Calibration", "LearnedPredictor", "Placement", "compute_calls", "tp_allreduce_s", "tp_calls", "local_hardware", "single_tier", "one_rank_per_host"]
 
 #: ``placement(op) -> tier`` of a collective operator.
 Placement = Callable[[Operator], str]
@@ -68,7 +68,7 @@ def one_rank_per_host(fast: str = "fast", slow: str = "slow") -> Placement:
 _CALIBRATED = {"stage_fwd_max": "fwd", "stage_bwd_max": "bwd", "update": "update"}
 _CALIBRATED_TP = {"tp_allreduce": "tp_comm"}
 #: Keys with a per-call offset (seconds per operator call) beside the multiplier.
-_AFFINE = ("fwd", "bwd")
+_AFFINE = ("fwd", "bwd", "tp_comm")
 
 
 def tp_allreduce_s(pred: StepPrediction, config: PerfConfig) -> float:
@@ -76,6 +76,13 @@ def tp_allreduce_s(pred: StepPrediction, config: PerfConfig) -> float:
     by = pred.plan.by_operator
     return max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
                for s in range(config.pp)) * config.n_micro_batches
+
+
+def tp_calls(config: PerfConfig, ops=None) -> int:
+    """TP all-reduce calls per step on the stage with the most (every micro-batch, each direction that moves bytes)."""
+    ops = decompose(config) if ops is None else ops
+    return max(sum(o.calls * ((o.fwd_bytes > 0) + (o.bwd_bytes > 0)) for o in ops
+                   if o.stage == s and o.name.startswith("tp_allreduce")) for s in range(config.pp)) * config.n_micro_batches
 
 
 def compute_calls(config: PerfConfig, ops=None) -> int:
@@ -143,12 +150,13 @@ class Calibration:
     """In-situ corrections of the predicted seconds, per ranks sharing the machine.
 
     ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
-    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"pp_send_s"`` (seconds per call): in a run of ``world`` ranks on this machine
-    (dp x tp x pp; the shaped tiers' namespaces share the same cores) a forward operator's regressor time
-    ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's likewise, the optimizer step's
-    ``update * t``, a TP all-reduce's measured-curve time ``tp_comm * t``, a PP send's ``t + pp_send_s`` (a wait, not a rate: the
-    same on a slow link). A key missing at ``world`` comes
-    from the largest calibrated world below it that has it (none: multiplier 1, offset 0).
+    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"pp_send_s"`` (seconds per call): in a run of
+    ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the same cores) a
+    forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's
+    likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
+    ``tp_comm * t + calls * tp_comm_op_s``, a PP send's ``t + calls * pp_send_s`` (a wait, not a rate: the
+    same on a slow link). A key missing at ``world`` comes from the largest calibrated world below it
+    that has it (none: multiplier 1, offset 0).
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
     leave-one-out error over the calibration runs (%), which chose it.
     """
@@ -165,8 +173,8 @@ class Calibration:
 
     @classmethod
     def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
-        """Fit every key per world from ``runs``: the TP all-reduce and the update multiplicatively (median
-        ratio measured / predicted), forward and backward in the form that wins leave-one-out, then the PP
+        """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
+        predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the PP
         sends: per run with ``pp > 1`` the seconds per send that make the calibrated step its measured
         step (bisection), the median over runs.
 
@@ -207,7 +215,8 @@ class Calibration:
                 if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
                     raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured {comp} = {m!r}, "
                                      "not a positive number of seconds")
-                per.setdefault(key, []).append((got[comp], compute_calls(cfg, ops), float(m)))
+                calls = tp_calls(cfg, ops) if key == "tp_comm" else compute_calls(cfg, ops)
+                per.setdefault(key, []).append((got[comp], calls, float(m)))
             n_runs[world] = n_runs.get(world, 0) + 1
         factors: dict[int, dict[str, float]] = {}
         forms: dict[int, dict[str, str]] = {}
@@ -292,15 +301,16 @@ class LearnedPredictor:
         world = config.dp * config.tp * config.pp
         cal = self.calibration if self.calibration is not None else Calibration()  # none: factors 1, offsets 0
         scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "pp_send_s", "fwd_op_s",
-                                                    "bwd_op_s")}
+                                                    "bwd_op_s", "tp_comm_op_s")}
 
         def fn(op: Operator, direction: str) -> float:
             nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
             if op.is_collective:
                 t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
+                calls = op.calls if nbytes > 0 else 0  # a direction that moves nothing sends nothing
                 if op.name.startswith("tp_allreduce"):
-                    return t * scale["tp_comm"]
-                return t + op.calls * scale["pp_send_s"] if op.name == "pp_p2p" else t
+                    return t * scale["tp_comm"] + calls * scale["tp_comm_op_s"]
+                return t + calls * scale["pp_send_s"] if op.name == "pp_p2p" else t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
             key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
