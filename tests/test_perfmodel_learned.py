@@ -185,7 +185,17 @@ def test_calibration_of_the_tp_allreduce_comes_from_tp_runs_and_scales_only_it()
                                  (tp, {"tp_allreduce": 5.0 * tp_s})])
     # the three runs share one shape: the multiplier (their median) wins; the affine form cannot tell calls from time
     assert cal.factors == {2: {"tp_comm": pytest.approx(5.0), "tp_comm_op_s": 0.0}} and cal.factor(2, "fwd") == 1.0
-    assert cal.forms[2]["tp_comm"] == "multiplicative" and tp_calls(tp) == calls * tp.n_micro_batches
+    assert cal.forms[2]["tp_comm"] == "multiplicative"
+    # an affine TP correction: seconds added per call, only in the directions that move bytes
+    aff = LearnedPredictor(bare.primitives, bare.comm, Calibration({2: {"tp_comm": 1.0, "tp_comm_op_s": 1e-4}}))
+    by_aff = aff.predict(tp).plan.by_operator
+    ops = decompose(tp)
+    for (st, name, d), t in pb.plan.by_operator.items():
+        if name.startswith("tp_allreduce"):
+            n = sum(o.calls for o in ops if (o.stage, o.name) == (st, name) and (o.fwd_bytes if d == "fwd" else o.bwd_bytes) > 0)
+            assert by_aff[(st, name, d)] == pytest.approx(t + 1e-4 * n), (st, name, d)
+    assert tp_allreduce_s(aff.predict(tp), tp) == pytest.approx(tp_s + 1e-4 * tp_calls(tp))
+    assert any(o.name.startswith("tp_allreduce") and o.bwd_bytes == 0 for o in ops)  # the rule is exercised
     pc = LearnedPredictor(bare.primitives, bare.comm, cal).predict(tp)
     assert tp_allreduce_s(pc, tp) == pytest.approx(5.0 * tp_s)
     for key, t in pb.plan.by_operator.items():
@@ -199,6 +209,13 @@ def test_calibration_of_the_pp_sends_solves_for_the_measured_step():
     target = LearnedPredictor(bare.primitives, bare.comm, truth).predict(pp).total_s
     # the sends are on the critical path: 0.2 ms more each lengthens the step
     assert target > bare.predict(pp).total_s + 2e-4
+    # a wait per send, in the directions that send: stage 0 sends activations forward, stage 1 gradients back
+    b0 = bare.predict(pp).plan.by_operator
+    b1 = LearnedPredictor(bare.primitives, bare.comm, truth).predict(pp).plan.by_operator
+    assert b1[(0, "pp_p2p", "fwd")] == pytest.approx(b0[(0, "pp_p2p", "fwd")] + 2e-4)
+    assert b1[(0, "pp_p2p", "bwd")] == b0[(0, "pp_p2p", "bwd")] == 0.0
+    assert b1[(1, "pp_p2p", "bwd")] == pytest.approx(b0[(1, "pp_p2p", "bwd")] + 2e-4)
+    assert b1[(1, "pp_p2p", "fwd")] == 0.0
     cal = Calibration.fit(bare, [(pp, {"overall": target})])
     assert cal.factors == {2: {"pp_send_s": pytest.approx(2e-4, rel=1e-6)}} and cal.n_runs == {2: 1}
     # a step already slower without any wait than measured: 0; one no wait up to 10 ms reaches: 10 ms
@@ -206,6 +223,9 @@ def test_calibration_of_the_pp_sends_solves_for_the_measured_step():
     assert Calibration.fit(bare, [(pp, {"overall": 1e3})]).factors[2]["pp_send_s"] == 0.01
     with pytest.raises(ValueError, match="overall"):
         Calibration.fit(bare, [(pp, {"overall": -1.0})])
+    with pytest.raises(ValueError, match="zero1"):
+        Calibration.fit(bare, [(pp.model_copy(update={"pp": 1, "dp": 2, "zero1": True}),
+                                {"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3, "update": 1e-3})])
 
 
 @pytest.mark.parametrize("bad", [{"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3},
@@ -256,7 +276,7 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
     assert {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)} <= layouts
     ex = Explorer(RESULTS.parent)
     refit = Calibration.fit(ex.learned, [(PerfConfig.model_validate(r["config"]), r["measured"]) for r in cal_runs])
-    assert ex.calibration == Calibration.from_json(res["calibration"]) and refit.n_runs == ex.calibration.n_runs
+    assert ex.learned.calibration is ex.calibration and refit.n_runs == ex.calibration.n_runs
     for w, f in refit.factors.items():
         assert f == pytest.approx(ex.calibration.factors[w], rel=5e-3)
     for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1] + [r for r in rows if r["config"]["tp"] == 2][:1]:

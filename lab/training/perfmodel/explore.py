@@ -218,7 +218,8 @@ class Explorer:
         samples = json.loads(files["samples"].read_text())
         self.primitives = fit_primitives(samples, chosen=report["regressors"])
         self.comm = CommModel(json.loads(files["comm"].read_text())["rows"])
-        # the benchmark's in-situ calibration (seed 0's), when its report has one
+        # the benchmark's in-situ calibration (seed 0's), when its report has one; it was fitted on 1- and
+        # 2-rank loopback runs, and larger worlds and the slow tier take the 2-rank corrections
         self.calibration = Calibration.from_json(report["calibration"]) if "calibration" in report else None
         self.learned = LearnedPredictor(self.primitives, self.comm, self.calibration)
         self.runs = json.loads(files["runs"].read_text())["runs"]

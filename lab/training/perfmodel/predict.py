@@ -79,14 +79,17 @@ def tp_allreduce_s(pred: StepPrediction, config: PerfConfig) -> float:
 
 
 def tp_calls(config: PerfConfig, ops=None) -> int:
-    """TP all-reduce calls per step on the stage with the most (every micro-batch, each direction that moves bytes)."""
+    """TP all-reduce calls per step (int) on the stage with the most: every micro-batch, each direction
+    that moves bytes (the calls :meth:`LearnedPredictor.time_fn` adds ``tp_comm_op_s`` to). ``ops``:
+    ``decompose(config)``, passed when already made."""
     ops = decompose(config) if ops is None else ops
     return max(sum(o.calls * ((o.fwd_bytes > 0) + (o.bwd_bytes > 0)) for o in ops
                    if o.stage == s and o.name.startswith("tp_allreduce")) for s in range(config.pp)) * config.n_micro_batches
 
 
 def compute_calls(config: PerfConfig, ops=None) -> int:
-    """Compute-operator calls per micro-batch on the stage with the most (forward, or backward: the same)."""
+    """Compute-operator calls per micro-batch (int) on the stage with the most; forward and backward make
+    the same calls (each gets ``fwd_op_s`` / ``bwd_op_s``). ``ops``: ``decompose(config)``, when already made."""
     ops = decompose(config) if ops is None else ops
     return max(sum(o.calls for o in ops if o.stage == s and not o.is_collective and o.phase == "micro_batch")
                for s in range(config.pp))
@@ -126,7 +129,8 @@ def _solve_pp_send(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig
                    hi: float = 0.01) -> float:
     """The seconds added to each PP send, in ``[0, hi]``, whose calibrated step time is ``measured_s``
     (bisection: the simulated step only grows with the sends' time); an end of the bracket when none
-    inside reaches it."""
+    inside reaches it. This is the PP step's whole residual after the compute calibration (waits,
+    bubbles the schedule does not see, imbalance), charged to the sends."""
     w = cfg.dp * cfg.tp * cfg.pp
 
     def step(k: float) -> float:
@@ -155,8 +159,9 @@ class Calibration:
     forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's
     likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
     ``tp_comm * t + calls * tp_comm_op_s``, a PP send's ``t + calls * pp_send_s`` (a wait, not a rate: the
-    same on a slow link). A key missing at ``world`` comes from the largest calibrated world below it
-    that has it (none: multiplier 1, offset 0).
+    same on a slow link; in fact it is whatever the PP calibration runs' steps leave unexplained). A key
+    missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
+    offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
     leave-one-out error over the calibration runs (%), which chose it.
     """
@@ -167,7 +172,8 @@ class Calibration:
     loo_mape: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def factor(self, world: int, key: str) -> float:
-        """The value of ``key`` (see the class) at ``world`` ranks."""
+        """The value of ``key`` (see the class) at ``world`` ranks: a plain multiplier, or seconds for the
+        keys ending in ``_s``."""
         below = [w for w in self.factors if w <= world and key in self.factors[w]]
         return self.factors[max(below)][key] if below else (0.0 if key.endswith("_s") else 1.0)
 
@@ -175,8 +181,9 @@ class Calibration:
     def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
         """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
         predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the PP
-        sends: per run with ``pp > 1`` the seconds per send that make the calibrated step its measured
-        step (bisection), the median over runs.
+        sends: per run with ``pp > 1`` the seconds per send in ``[0, 10 ms]`` that make the calibrated step
+        its measured step (bisection; a run no value in the bracket fits gets the bracket's end), the
+        median over runs. A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key.
 
         Parameters
         ----------
@@ -190,13 +197,18 @@ class Calibration:
         Raises
         ------
         ValueError
-            A run lacks one of those components or has one that is not a positive finite number
-            (the message names the configuration and the component).
+            A run lacks one of those components or has one that is not a positive finite number, or is
+            a ZeRO-1 run (its update holds an all-gather the update multiplier would absorb); the message
+            names the configuration and the component.
         """
         bare = LearnedPredictor(predictor.primitives, predictor.comm)
         rows: dict[int, dict[str, list[tuple[float, int, float]]]] = {}
         n_runs: dict[int, int] = {}
         runs = list(runs)
+        for cfg, _ in runs:
+            if cfg.zero1:
+                raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: zero1 = True; calibrate on "
+                                 "runs without ZeRO-1 (the update multiplier is for the optimizer step alone)")
         pp_runs = [(cfg, m) for cfg, m in runs if cfg.pp > 1]
         for cfg, measured in runs:
             if cfg.pp > 1:
@@ -246,6 +258,7 @@ class Calibration:
         return cls(factors, n_runs, forms, loo)
 
     def to_json(self) -> dict:
+        """Plain JSON types (world keys as strings), the inverse of :meth:`from_json`."""
         return {"factors": {str(w): f for w, f in self.factors.items()},
                 "n_runs": {str(w): n for w, n in self.n_runs.items()},
                 "forms": {str(w): f for w, f in self.forms.items()},
@@ -253,7 +266,15 @@ class Calibration:
 
     @classmethod
     def from_json(cls, d: dict) -> "Calibration":
-        return cls({int(w): dict(f) for w, f in d["factors"].items()}, {int(w): n for w, n in d["n_runs"].items()},
+        """From :meth:`to_json`'s dict (``forms``, ``loo_mape`` and ``n_runs`` optional).
+
+        Raises
+        ------
+        KeyError
+            ``d`` has no ``"factors"``.
+        """
+        return cls({int(w): dict(f) for w, f in d["factors"].items()},
+                   {int(w): n for w, n in d.get("n_runs", {}).items()},
                    {int(w): dict(f) for w, f in d.get("forms", {}).items()},
                    {int(w): {k: dict(v) for k, v in f.items()} for w, f in d.get("loo_mape", {}).items()})
 
@@ -266,7 +287,9 @@ class LearnedPredictor:
     primitives : PrimitiveModel
     comm : CommModel
     calibration : Calibration, optional
-        In-situ multipliers of the compute operators (default none: the regressors' isolated times).
+        In-situ corrections: multipliers and per-call seconds of the compute operators and the TP
+        all-reduces, seconds per PP send (default none: the regressors' isolated times and the
+        collectives' back-to-back curves).
     """
 
     def __init__(self, primitives: PrimitiveModel, comm: CommModel, calibration: Calibration | None = None):
