@@ -288,3 +288,19 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
         # (the benchmark's seeds 1 and 2 move these predictions by a median 1.5 %).
         assert got.prediction.total_s == pytest.approx(r["predicted_s"], rel=5e-3)
         assert got.measured_s == r["measured_s"]
+
+
+def test_benchmark_runs_take_each_component_median_over_passes():
+    from benchmarks.perfmodel import CALIBRATION_CONFIGS, CONFIGS, SHAPED_CONFIGS, _median_of_passes
+
+    passes = [{"overall": 3.0, "update": 1.0, "steps_s": [3.0, 3.1]}, {"overall": 1.0, "update": 5.0, "steps_s": [1.0]},
+              {"overall": 2.0, "update": 2.0, "steps_s": [2.0]}]
+    got = _median_of_passes(passes)
+    # component by component, each its own median (not necessarily all from one pass)
+    assert got["overall"] == 2.0 and got["update"] == 2.0 and got["overall_per_pass"] == [3.0, 1.0, 2.0]
+    assert got["steps_s"] == [3.0, 3.1, 1.0, 2.0]
+    passes[2]["update"] = 9.0
+    assert _median_of_passes(passes)["update"] == 5.0 and _median_of_passes(passes)["overall"] == 2.0
+    # the calibration set and the validation set share no (d, s, V) shape
+    shape = lambda c: (c.d_model, c.seq_len, c.vocab_size)  # noqa: E731
+    assert not {shape(c) for c in CALIBRATION_CONFIGS} & {shape(c) for c in CONFIGS + SHAPED_CONFIGS}
