@@ -10,7 +10,7 @@ Parts (each writes its own file beside ``--out`` so a long run can be split unde
 ``comm``    gloo all-reduce / all-gather / reduce-scatter / send-recv, 2 ranks, 256 B .. 16 MiB, on loopback
             and, where namespaces can be made, on the fast and slow tiers of a ShapedNetwork
             -> ``perfmodel_comm.json``.
-``runs``    the calibration configurations (:data:`CALIBRATION_CONFIGS`, shapes of the sampler's grid), then
+``runs``    the calibration configurations (:data:`CALIBRATION_CONFIGS`, sizes of the sampler's grid), then
             the validation configurations (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training
             steps (median of ``--steps`` after ``--warmup``; all configurations ``--passes`` times in turn, each
             component the median over passes) -> ``perfmodel_runs.json``.
@@ -42,7 +42,8 @@ from benchmarks._common import write
 from lab.training.perfmodel import PerfConfig
 from lab.training.perfmodel.comm import DEFAULT_SIZES, CommModel, measure_collectives
 from lab.training.perfmodel.operators import decompose
-from lab.training.perfmodel.predict import Calibration, LearnedPredictor, local_hardware, tp_allreduce_s, one_rank_per_host, single_tier
+from lab.training.perfmodel.predict import (Calibration, LearnedPredictor, local_hardware, one_rank_per_host,
+                                            single_tier, tp_allreduce_s)
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
@@ -64,9 +65,9 @@ CONFIGS = [
 ]
 #: Run across the shaped slow tier (one rank per host namespace), where namespaces can be made.
 SHAPED_CONFIGS = [_c(2, 128, 4, 64, 2, 2, dp=2), _c(2, 128, 4, 64, 2, 2, tp=2), _c(2, 128, 4, 64, 2, 4, pp=2)]
-#: Calibration runs (in-situ multipliers, :class:`lab.training.perfmodel.predict.Calibration`): shapes from the
-#: sampler's grid (d, s, V of ``SAMPLE_GRID``), none of them a validation shape: one rank, two (DP 2) for the
-#: compute multipliers, TP 2 for the TP all-reduce's, PP 2 for the pipeline sends'.
+#: Calibration runs (the in-situ corrections of :class:`lab.training.perfmodel.predict.Calibration`): d, s and V
+#: from the sampler's grid (``SAMPLE_GRID``; the TP runs' head sizes are not in it), none of them a validation
+#: shape: one rank and two (DP 2) for the compute corrections, TP 2 for the TP all-reduce's, PP 2 for the sends'.
 CALIBRATION_CONFIGS = [
     PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2),
     PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2),

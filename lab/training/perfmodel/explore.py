@@ -3,8 +3,8 @@ the measured step beside it where the benchmark ran that configuration.
 
 :class:`Explorer` loads the committed benchmark files (the sampler's samples, the gloo collective curves,
 the validation runs and the chosen regressors of ``benchmarks/results/perfmodel*.json``), refits the
-chosen regressors, applies the report's in-situ calibration, and answers ``predict(config, hardware)``: ``"local"`` is this machine with the
-learned model; any hardware file name (:func:`.hardware.available_hardware`) is a what-if with the
+chosen regressors, applies the report's in-situ calibration, and answers ``predict(config, hardware)``:
+``"local"`` is this machine with the learned model; any hardware file name (:func:`.hardware.available_hardware`) is a what-if with the
 roofline on that file's numbers. :data:`CONTROLS`, :data:`TIERS` and :data:`SCHEDULES` are the values the
 explorer offers (its sliders' ranges and dropdowns' choices, and its dashboard's URL parameters);
 :func:`initial_controls` checks a starting point against them. The figures are plain plotly dicts (:func:`breakdown_figure`,
