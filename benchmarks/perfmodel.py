@@ -68,23 +68,19 @@ SHAPED_CONFIGS = [_c(2, 128, 4, 64, 2, 2, dp=2), _c(2, 128, 4, 64, 2, 2, tp=2), 
 #: Calibration runs (the in-situ corrections of :class:`lab.training.perfmodel.predict.Calibration`): d, s and V
 #: from the sampler's grid (``SAMPLE_GRID``; the TP runs' head sizes are not in it), none of them a validation
 #: shape: one rank and two (DP 2) for the compute corrections, TP 2 for the TP all-reduce's, PP 2 for the sends'.
-CALIBRATION_CONFIGS = [
+_CALIBRATION_ONE_RANK = [
     PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2),
     PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2),
     PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1),
     PerfConfig(n_layer=3, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2),
-    PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2, dp=2),
-    PerfConfig(n_layer=3, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2, dp=2),
-    PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1, dp=2),
-    PerfConfig(n_layer=3, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2, dp=2),
-    PerfConfig(n_layer=2, d_model=80, n_head=4, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=2, tp=2),
-    PerfConfig(n_layer=3, d_model=144, n_head=8, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=2, tp=2),
-    PerfConfig(n_layer=2, d_model=208, n_head=16, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=1, tp=2),
-    PerfConfig(n_layer=3, d_model=240, n_head=16, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=2, tp=2),
-    PerfConfig(n_layer=2, d_model=80, n_head=5, seq_len=40, vocab_size=768, micro_batch=2, n_micro_batches=4, pp=2),
-    PerfConfig(n_layer=4, d_model=144, n_head=9, seq_len=80, vocab_size=768, micro_batch=1, n_micro_batches=3, pp=2),
-    PerfConfig(n_layer=2, d_model=208, n_head=13, seq_len=112, vocab_size=256, micro_batch=2, n_micro_batches=2, pp=2),
-    PerfConfig(n_layer=4, d_model=240, n_head=15, seq_len=56, vocab_size=768, micro_batch=3, n_micro_batches=4, pp=2),
+]
+CALIBRATION_CONFIGS = [
+    *_CALIBRATION_ONE_RANK,
+    *(c.model_copy(update={"dp": 2}) for c in _CALIBRATION_ONE_RANK),
+    # TP 2 needs an even head count; PP 2 more layers and micro-batches
+    *(c.model_copy(update={"tp": 2, "n_head": h}) for c, h in zip(_CALIBRATION_ONE_RANK, (4, 8, 16, 16))),
+    *(c.model_copy(update={"pp": 2, "n_layer": L, "n_micro_batches": m})
+      for c, L, m in zip(_CALIBRATION_ONE_RANK, (2, 4, 2, 4), (4, 3, 2, 4))),
 ]
 SLOW_MBIT = 400.0
 COMPONENTS = ["encoder_fwd", "stage_fwd_max", "stage_bwd_max", "tp_allreduce", "grad_sync", "update", "overall"]
@@ -201,14 +197,6 @@ def _ci(values, n=2000, seed=0):
     return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
 
 
-def _paired_ci(a, b, n=2000, seed=0):
-    """95 % bootstrap interval of mean(a - b) over configurations resampled together."""
-    d = np.asarray(a, float) - np.asarray(b, float)
-    rng = np.random.default_rng(seed)
-    boots = [float(np.mean(d[rng.integers(0, len(d), len(d))])) for _ in range(n)]
-    return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
-
-
 def part_report(paths, out: Path, seeds: int) -> dict:
     samples = json.loads(paths["samples"].read_text())
     comm_d = json.loads(paths["comm"].read_text())
@@ -285,8 +273,8 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         "roofline_mape": summary("roofline_error")["mape"], "roofline_mape_ci95": summary("roofline_error")["ci95"],
         "uncalibrated_mape": summary("uncalibrated_error")["mape"],
         "uncalibrated_mape_ci95": summary("uncalibrated_error")["ci95"],
-        "mape_minus_uncalibrated_ci95": _paired_ci([abs(r["error"]) * 100 for r in rows],
-                                                   [abs(r["uncalibrated_error"]) * 100 for r in rows]),
+        # paired: the configurations resampled together
+        "mape_minus_uncalibrated_ci95": _ci([(abs(r["error"]) - abs(r["uncalibrated_error"])) * 100 for r in rows]),
         "calibration": cals[0].to_json(),
         "calibration_runs": [{"config": r["config"], "measured": r["measured"]} for r in runs_d["calibration"]],
         "linear_base_mape": summary("linear_base_error")["mape"],

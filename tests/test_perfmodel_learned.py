@@ -98,26 +98,6 @@ def test_measured_stage_module_holds_the_decomposition_parameters(kw):
     assert got == want
 
 
-def test_every_compute_operator_has_a_primitive_and_the_predictor_composes():
-    cfg = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, tp=2, pp=2, dp=1, n_micro_batches=2)
-    kinds = {features_of(o, cfg)[0] for o in decompose(cfg) if not o.is_collective}
-    assert kinds == {"embedding", "position_embedding", "layernorm", "linear", "attention", "gelu", "residual",
-                     "cross_entropy", "optimizer_step"}
-
-    prims = PrimitiveModel({}, 1e-4, "cpu")  # every primitive 1 ms, every collective 0.5 ms, engine overhead 0.1 ms
-    prims.predict = lambda kind, direction, precision, features, flops, nbytes: 1e-3
-    prims.predict_many = lambda kind, direction, precision, items: [1e-3] * len(items)
-    rows = [{"collective": c, "world": 2, "tier": "loopback", "bytes": b, "time_s": 5e-4}
-            for c in ("all_reduce", "send_recv") for b in (1, 10**9)]
-    p = LearnedPredictor(prims, CommModel(rows)).predict(cfg)
-    n_fwd = [sum(1 for o in decompose(cfg) if o.stage == s and o.phase == "micro_batch" and not o.is_collective)
-             for s in range(2)]
-    n_comm_fwd = [sum(o.calls for o in decompose(cfg) if o.stage == s and o.is_collective and o.phase == "micro_batch"
-                      and o.fwd_bytes > 0) for s in range(2)]
-    assert p.plan.fwd == pytest.approx([n * 1e-3 + c * 5e-4 for n, c in zip(n_fwd, n_comm_fwd)])
-    assert p.prediction_s < 1.0
-
-
 def _stub_predictor(per_flop: float = 0.0):
     """Every primitive 1 ms (+ ``per_flop`` s a FLOP), every collective 0.5 ms, engine overhead 0.1 ms."""
     prims = PrimitiveModel({}, 1e-4, "cpu")
@@ -126,6 +106,21 @@ def _stub_predictor(per_flop: float = 0.0):
     rows = [{"collective": c, "world": 2, "tier": "loopback", "bytes": b, "time_s": 5e-4}
             for c in ("all_reduce", "send_recv") for b in (1, 10**9)]
     return LearnedPredictor(prims, CommModel(rows))
+
+
+def test_every_compute_operator_has_a_primitive_and_the_predictor_composes():
+    cfg = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, tp=2, pp=2, dp=1, n_micro_batches=2)
+    kinds = {features_of(o, cfg)[0] for o in decompose(cfg) if not o.is_collective}
+    assert kinds == {"embedding", "position_embedding", "layernorm", "linear", "attention", "gelu", "residual",
+                     "cross_entropy", "optimizer_step"}
+
+    p = _stub_predictor().predict(cfg)  # every primitive 1 ms, every collective 0.5 ms, engine overhead 0.1 ms
+    n_fwd = [sum(1 for o in decompose(cfg) if o.stage == s and o.phase == "micro_batch" and not o.is_collective)
+             for s in range(2)]
+    n_comm_fwd = [sum(o.calls for o in decompose(cfg) if o.stage == s and o.is_collective and o.phase == "micro_batch"
+                      and o.fwd_bytes > 0) for s in range(2)]
+    assert p.plan.fwd == pytest.approx([n * 1e-3 + c * 5e-4 for n, c in zip(n_fwd, n_comm_fwd)])
+    assert p.prediction_s < 1.0
 
 
 def test_calibration_finds_a_known_multiplier_and_per_call_offset_and_scales_compute_not_collectives():
