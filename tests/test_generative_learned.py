@@ -20,7 +20,8 @@ from lab.generative.errors import PriorError
 from lab.generative.learned import LEARNED_PRIORS, TIME_SCALE, UNetVelocity, load_learned_prior, weights_files
 from lab.generative.metrics import psnr
 from lab.generative.priors import FlowPrior, LearnedPrior
-from lab.generative.train_prior import PriorTrainConfig, latest_checkpoint, lr_at, pick_device, train
+from lab.generative import train_prior as train_prior_module
+from lab.generative.train_prior import PriorTrainConfig, heldout_loss, latest_checkpoint, lr_at, pick_device, train
 
 WEIGHTS = Path(datasets.__file__).with_name("weights")
 
@@ -148,6 +149,53 @@ def test_resume_refuses_a_different_run(tmp_path):
     train(_cfg(tmp_path, steps=2), progress=False, stop_after=1)
     with pytest.raises(SystemExit, match="batch_size"):
         train(_cfg(tmp_path, steps=2, batch_size=4), progress=False)
+
+
+def test_heldout_tracking_ships_the_best_ema_and_resumes_the_curve(tmp_path):
+    from safetensors.torch import load_file
+
+    from lab.generative.learned import build_unet
+
+    full = train(_cfg(tmp_path / "full", steps=6, eval_every=2, patience=10), progress=False)
+    curve = full["val_loss_curve"]
+    assert [c[0] for c in curve] == [2, 4, 6] and all(v > 0 for _, v in curve)
+    side = json.loads((tmp_path / "full" / "mnist.json").read_text())
+    best_step, best = min(curve, key=lambda c: c[1])
+    assert side["heldout_loss"]["best_step"] == best_step and side["val_loss_curve"] == curve
+    assert side["steps_run"] == 6 and side["early_stopped"] is False and side["shipped"] == "EMA at the best held-out step"
+    # the shipped weights are the best EMA: their held-out loss is the curve's minimum
+    w = load_file(str(tmp_path / "full" / "mnist.safetensors"))
+    net = UNetVelocity(build_unet(side["unet_config"]))
+    net.unet.load_state_dict(w)
+    val = datasets.load("mnist", "val")[:16]
+    assert heldout_loss(net, val, torch.device("cpu")) == pytest.approx(side["heldout_loss"]["best"], abs=2e-6)
+
+    cfg = _cfg(tmp_path / "split", steps=6, eval_every=2, patience=10)
+    train(cfg, progress=False, stop_after=3)
+    rest = train(cfg, progress=False)  # the curve and the best EMA travel in the checkpoint
+    assert rest["val_loss_curve"] == curve and rest["losses"] == full["losses"]
+
+
+def test_training_stops_after_patience_evaluations_without_a_new_best(tmp_path, monkeypatch):
+    values = iter([1.0, 0.8, 0.9, 0.85, 0.7, 0.6])  # best at the 2nd point; the 3rd and 4th do not improve
+    monkeypatch.setattr(train_prior_module, "heldout_loss", lambda *a, **k: next(values))
+    out = train(_cfg(tmp_path, steps=12, eval_every=2, patience=2), progress=False)
+    assert out["step"] == 8 and [c[0] for c in out["val_loss_curve"]] == [2, 4, 6, 8]
+    side = json.loads((tmp_path / "mnist.json").read_text())
+    assert side["early_stopped"] is True and side["steps_run"] == 8 and side["steps"] == 12
+    assert side["heldout_loss"]["best_step"] == 4 and (tmp_path / "mnist.safetensors").exists()
+    with pytest.raises(SystemExit, match="patience"):
+        _cfg(tmp_path, patience=0)
+
+
+def test_heldout_loss_is_deterministic_and_stratified_in_t():
+    from lab.generative.learned import build_unet, unet_config
+
+    net = UNetVelocity(build_unet(unet_config(28, 1)))
+    x = datasets.load("mnist", "val")[:8]
+    a, b = heldout_loss(net, x, torch.device("cpu")), heldout_loss(net, x, torch.device("cpu"))
+    assert a == b and a > 0
+    assert heldout_loss(net, x, torch.device("cpu"), seed=1) != a
 
 
 def test_lr_schedule_and_device():

@@ -18,6 +18,13 @@ loss sequence as an uninterrupted run on the same device and thread count). All 
 step (batch indices, augmentation, ``x0``, ``t``) comes from one seeded CPU generator, so a seed
 gives the same batches on every device.
 
+Held-out loss (``--eval-every N``): every N steps the EMA's flow-matching loss on the **val** split
+(:func:`heldout_loss`: a stratified grid of times ``t_i = (i + 1/2) / n`` over the ``n`` val images with
+fixed noise, so successive points differ by the weights alone, not by sampling noise); the EMA with the
+lowest held-out loss is the one shipped, and training stops early once ``--patience`` evaluations in a
+row have not improved on it (curve, best step and stop in the sidecar: ``val_loss_curve``,
+``heldout_loss``, ``early_stopped``). The learning-rate schedule still spans ``--steps``.
+
 At the end: ``OUT/<name>.safetensors`` (EMA weights) and ``OUT/<name>.json`` (command, data set,
 split, steps, batch size, learning rate, seed, final train / val losses, wall time, and the
 evaluation: one-step denoising PSNR on held-out test images and statistics of 50-step Euler samples),
@@ -43,7 +50,7 @@ from torch import nn
 from lab.generative import datasets
 from lab.generative.learned import TIME_SCALE, UNetVelocity, build_unet, unet_config
 
-__all__ = ["PriorTrainConfig", "train", "evaluate", "main"]
+__all__ = ["PriorTrainConfig", "train", "heldout_loss", "evaluate", "main"]
 
 
 @dataclass
@@ -71,6 +78,8 @@ class PriorTrainConfig:
     block_out_channels: tuple[int, ...] = (32, 64, 64)
     layers_per_block: int = 1
     val_images: int = 512
+    eval_every: int = 0  # held-out loss every this many steps (0: off); the best EMA is shipped
+    patience: int = 4  # stop after this many held-out evaluations without a new best
     eval: bool = True
     threads: int | None = None
     extra: dict = field(default_factory=dict)
@@ -80,6 +89,8 @@ class PriorTrainConfig:
             raise SystemExit(f"--dataset must be one of {', '.join(datasets.DATASETS)}, got {self.dataset!r}")
         if self.steps < 1 or self.batch_size < 1 or self.ckpt_every < 1:
             raise SystemExit("--steps, --batch-size and --ckpt-every must be >= 1")
+        if self.eval_every < 0 or self.patience < 1:
+            raise SystemExit(f"--eval-every must be >= 0 and --patience >= 1, got {self.eval_every} and {self.patience}")
         self.name = self.name or self.dataset
         self.block_out_channels = tuple(int(c) for c in self.block_out_channels)
         if self.augment is None:
@@ -154,6 +165,27 @@ def fixed_loss(model: nn.Module, images: torch.Tensor, seed: int, device: torch.
     return total / max(n, 1)
 
 
+@torch.no_grad()
+def heldout_loss(model: nn.Module, images: torch.Tensor, device: torch.device, seed: int = 321, batch: int = 256) -> float:
+    """The flow-matching loss of ``model`` on held-out ``images`` (shape ``(n, C, H, W)``, on [-1, 1]) at the
+    stratified times ``t_i = (i + 1/2) / n`` with noise fixed by ``seed``; fp32, a float.
+
+    Every call sees the same ``(x0, t)`` pairs, so two calls differ only by the weights (the curve that early
+    stopping reads); the grid covers ``t`` evenly, where one random ``t`` per image would not."""
+    n = len(images)
+    g = torch.Generator().manual_seed(seed)
+    x0_all = torch.randn(images.shape, generator=g)
+    t_all = (torch.arange(n, dtype=torch.float32) + 0.5) / max(n, 1)
+    total = 0.0
+    for i in range(0, n, batch):
+        x1 = images[i: i + batch].to(device, torch.float32)
+        x0 = x0_all[i: i + batch].to(device)
+        t = t_all[i: i + batch].to(device)
+        tb = t[:, None, None, None]
+        total += float(((model((1 - tb) * x0 + tb * x1, t).float() - (x1 - x0)) ** 2).mean()) * len(x1)
+    return total / max(n, 1)
+
+
 def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
     with torch.no_grad():
         for pe, pm in zip(ema.parameters(), model.parameters()):
@@ -179,7 +211,7 @@ def _command() -> str | None:
     return "python -m lab.generative.train_prior " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs):
+def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs, tracking=None):
     d = _ckpt_dir(cfg)
     d.mkdir(parents=True, exist_ok=True)
     state = {
@@ -193,6 +225,7 @@ def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs):
         "losses": list(losses),
         "wall_s": wall,
         "runs": runs,
+        "tracking": tracking or {"curve": [], "best": None, "stopped": False},
     }
     tmp = d / f".step_{step:07d}.pt.tmp"
     torch.save(state, tmp)
@@ -239,6 +272,7 @@ def train(cfg: PriorTrainConfig, progress: bool = True, stop_after: int | None =
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, losses, wall_before, runs = 0, [], 0.0, []
+    tracking: dict = {"curve": [], "best": None, "stopped": False}  # held-out curve, best EMA, early stop
 
     ck = latest_checkpoint(out)
     if ck is not None:
@@ -255,6 +289,7 @@ def train(cfg: PriorTrainConfig, progress: bool = True, stop_after: int | None =
         torch.set_rng_state(state["torch_rng"])
         step, losses, wall_before = int(state["step"]), list(state["losses"]), float(state["wall_s"])
         runs = list(state.get("runs", [{"command": None, "from_step": 0, "steps": old.get("steps")}]))
+        tracking = state.get("tracking") or tracking
         print(f"resuming {cfg.dataset} from {ck} (step {step})", file=sys.stderr)
 
     last = min(cfg.steps, stop_after) if stop_after is not None else cfg.steps
@@ -264,7 +299,7 @@ def train(cfg: PriorTrainConfig, progress: bool = True, stop_after: int | None =
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.name}", unit="step", disable=not progress,
                mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
     model.train()
-    while step < last:
+    while step < last and not tracking["stopped"]:
         idx = torch.randint(len(train_dev), (cfg.batch_size,), generator=gen).to(device)
         x1 = train_dev[idx]
         if cfg.augment:
@@ -286,20 +321,39 @@ def train(cfg: PriorTrainConfig, progress: bool = True, stop_after: int | None =
         bar.update(1)
         if step % 10 == 0 or step == last:
             bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}", lr=f"{lr_at(step - 1, cfg):.2e}")
-        if step % cfg.ckpt_every == 0 or step == last:
-            _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall_before + time.time() - t_start, runs)
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            _track(tracking, step, heldout_loss(ema, val_x, device), ema, cfg.patience)
+            c = tracking["curve"][-1]
+            bar.write(f"{cfg.name} step {step}: held-out loss {c[1]:.5f} (best {tracking['best']['val_loss']:.5f} "
+                      f"at step {tracking['best']['step']})")
+        if step % cfg.ckpt_every == 0 or step == last or tracking["stopped"]:
+            _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall_before + time.time() - t_start, runs, tracking)
     bar.close()
     wall = wall_before + time.time() - t_start
-    summary = {"step": step, "losses": losses, "wall_s": wall}
-    if step < cfg.steps:
+    summary = {"step": step, "losses": losses, "wall_s": wall, "val_loss_curve": tracking["curve"]}
+    if step < cfg.steps and not tracking["stopped"]:
         return summary
 
+    if tracking["best"] is not None:
+        ema.load_state_dict(tracking["best"]["ema"])
     ema.eval()
-    summary.update(_finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, runs))
+    summary.update(_finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, runs, tracking, step))
     return summary
 
 
-def _finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, runs) -> dict:
+def _track(tracking: dict, step: int, value: float, ema: nn.Module, patience: int) -> None:
+    """Record one held-out point; keep a copy of the EMA when it is the best so far; set ``stopped`` once the
+    last ``patience`` points brought no new best."""
+    tracking["curve"].append([step, round(value, 6)])
+    best = tracking["best"]
+    if best is None or value < best["val_loss"]:
+        tracking["best"] = {"step": step, "val_loss": value,
+                            "ema": {k: v.detach().clone() for k, v in ema.state_dict().items()}}
+    steps = [c[0] for c in tracking["curve"]]
+    tracking["stopped"] = len(steps) - 1 - steps.index(tracking["best"]["step"]) >= patience
+
+
+def _finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, runs, tracking, step) -> dict:
     from safetensors.torch import save_file
 
     import diffusers
@@ -315,6 +369,8 @@ def _finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, ru
         "split": datasets.split_description(cfg.dataset),
         "n_train_images": int(len(train_x)),
         "steps": cfg.steps,
+        "steps_run": step,
+        "early_stopped": bool(tracking["stopped"]),
         "batch_size": cfg.batch_size,
         "lr": cfg.lr,
         "lr_schedule": f"linear warm-up {cfg.warmup} steps, cosine to {cfg.min_lr_ratio} x lr",
@@ -336,13 +392,19 @@ def _finish(cfg, ema, shape, ucfg, train_x, val_x, losses, wall, device, amp, ru
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "diffusers": diffusers.__version__},
         "loss_curve_every_50": [round(sum(losses[i: i + 50]) / len(losses[i: i + 50]), 5) for i in range(0, len(losses), 50)],
+        "val_loss_curve": tracking["curve"],
+        "heldout_loss": None if tracking["best"] is None else {
+            "what": f"heldout_loss(): the first {len(val_x)} val images, t_i = (i + 1/2) / n, fixed noise",
+            "best_step": tracking["best"]["step"], "best": round(tracking["best"]["val_loss"], 6),
+            "eval_every": cfg.eval_every, "patience": cfg.patience},
+        "shipped": "EMA at the best held-out step" if tracking["best"] is not None else "final EMA",
     }
     if cfg.eval:
         sidecar["eval"] = evaluate(ema, cfg.dataset, device, out / "samples.png")
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in ema.unet.state_dict().items()}
     st = out / f"{cfg.name}.safetensors"
     save_file(state, str(st), metadata={"unet_config": json.dumps(ucfg), "time_scale": str(TIME_SCALE),
-                                        "dataset": cfg.dataset, "steps": str(cfg.steps)})
+                                        "dataset": cfg.dataset, "steps": str(cfg.steps), "steps_run": str(step)})
     (out / f"{cfg.name}.json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
 
@@ -424,10 +486,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--subset", type=int)
     p.add_argument("--threads", type=int)
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="held-out loss every N steps (0: off); the best EMA is shipped, training stops after --patience")
+    p.add_argument("--patience", type=int, default=4, help="held-out evaluations without a new best before stopping")
+    p.add_argument("--val-images", type=int, default=512, help="val images for the held-out loss")
     a = p.parse_args(argv)
     cfg = PriorTrainConfig(dataset=a.dataset, steps=a.steps, out=a.out, name=a.name, batch_size=a.batch_size, lr=a.lr,
                       warmup=a.warmup, ema=a.ema, seed=a.seed, ckpt_every=a.ckpt_every, device=a.device,
-                      precision=a.precision, subset=a.subset, threads=a.threads, eval=not a.no_eval)
+                      precision=a.precision, subset=a.subset, threads=a.threads, eval=not a.no_eval,
+                      eval_every=a.eval_every, patience=a.patience, val_images=a.val_images)
     summary = train(cfg)
     if "val_loss_ema" in summary:
         print(json.dumps({k: summary[k] for k in ("name", "steps", "final_train_loss_last100", "val_loss_ema", "wall_s")}
