@@ -21,9 +21,8 @@ covered: README, "Image restoration with flow priors", and the report of issue #
 Then the learned priors again, after their tuning by the budget rule (``lab.generative.tuning``, one to four
 tasks per process; the first part of a kind replaces its entry in ``tuned.json``, the others are merged with
 ``--update``), each (learned prior, NFE, task) as a run of its own, two at a time, put into the table with
-``--combine`` in the order run (one line of each kind shown). Re-run: NFE 20 on all three, NFE 50 on mnist and
-natural32; not re-run (no time left on this CPU): medical32 at NFE 50 and every learned prior at NFE 100, see
-``inputs.note``. Flower's NFE-20 value on natural32 sr4 (4 samples) cannot spend NFE 50, so Flower alone was also
+``--combine`` in the order run (one line of each kind shown): NFE 20 and 50 per (prior, task), then medical32 at
+NFE 50 and all three at NFE 100 as two runs of every task with ``--jobs 2`` (``inputs.note``). Flower's NFE-20 value on natural32 sr4 (4 samples) cannot spend NFE 50, so Flower alone was also
 tuned at NFE 50 there (the second line)::
 
     OMP_NUM_THREADS=1 python -m lab.generative.tuning --prior learned-mnist --tasks inpaint_box --nfe 20 [--update]
