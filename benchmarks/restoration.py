@@ -22,8 +22,9 @@ Then the learned priors again, after their tuning by the budget rule (``lab.gene
 tasks per process; the first part of a kind replaces its entry in ``tuned.json``, the others are merged with
 ``--update``), each (learned prior, NFE, task) as a run of its own, two at a time, put into the table with
 ``--combine`` in the order run (one line of each kind shown): NFE 20 and 50 per (prior, task), then medical32 at
-NFE 50 and all three at NFE 100 as two runs of every task with ``--jobs 2`` (``inputs.note``). Flower's NFE-20 value on natural32 sr4 (4 samples) cannot spend NFE 50, so Flower alone was also
-tuned at NFE 50 there (the second line)::
+NFE 50 and all three at NFE 100 as two runs of every task with ``--jobs 2`` (``inputs.note``). Flower's NFE-20
+value on natural32 sr4 (4 samples) cannot spend NFE 50, so Flower alone was also tuned at NFE 50 there (the
+second line)::
 
     OMP_NUM_THREADS=1 python -m lab.generative.tuning --prior learned-mnist --tasks inpaint_box --nfe 20 [--update]
     OMP_NUM_THREADS=1 python -m lab.generative.tuning --prior learned-natural32 --methods flower --tasks sr2 --nfe 50 --update

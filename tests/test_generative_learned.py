@@ -188,7 +188,7 @@ def test_training_stops_after_patience_evaluations_without_a_new_best(tmp_path, 
         _cfg(tmp_path, patience=0)
 
 
-def test_heldout_loss_is_deterministic_and_stratified_in_t():
+def test_heldout_loss_is_deterministic_for_its_seed():
     from lab.generative.learned import build_unet, unet_config
 
     net = UNetVelocity(build_unet(unet_config(28, 1)))

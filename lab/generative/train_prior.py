@@ -165,13 +165,23 @@ def fixed_loss(model: nn.Module, images: torch.Tensor, seed: int, device: torch.
     return total / max(n, 1)
 
 
+def _flow_mse(model: nn.Module, x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor) -> float:
+    """``mean ||v(x_t, t) - (x1 - x0)||^2`` at ``x_t = (1 - t) x0 + t x1`` for given noise ``x0`` and times ``t``."""
+    tb = t[:, None, None, None]
+    return float(((model((1 - tb) * x0 + tb * x1, t).float() - (x1 - x0)) ** 2).mean())
+
+
 @torch.no_grad()
 def heldout_loss(model: nn.Module, images: torch.Tensor, device: torch.device, seed: int = 321, batch: int = 256) -> float:
-    """The flow-matching loss of ``model`` on held-out ``images`` (shape ``(n, C, H, W)``, on [-1, 1]) at the
-    stratified times ``t_i = (i + 1/2) / n`` with noise fixed by ``seed``; fp32, a float.
+    """The flow-matching loss of ``model`` on held-out ``images`` at stratified times, a Python float (fp32 math).
 
-    Every call sees the same ``(x0, t)`` pairs, so two calls differ only by the weights (the curve that early
-    stopping reads); the grid covers ``t`` evenly, where one random ``t`` per image would not."""
+    ``images``: shape ``(n, C, H, W)``, float, on [-1, 1]; ``model``: a velocity net called as ``model(x_t, t)``
+    with ``t`` of shape ``(B,)`` on [0, 1] (:class:`~lab.generative.learned.UNetVelocity`). The loss is the
+    training objective, ``mean ||v(x_t, t) - (x1 - x0)||^2`` with ``x_t = (1 - t) x0 + t x1`` (rectified flow,
+    Liu et al. 2023; the linear path of Lipman et al. 2023, Eq. 20-23), at ``t_i = (i + 1/2) / n`` for image ``i``
+    and ``x0 ~ N(0, I)`` drawn once from ``seed``. Every call sees the same ``(x0, t)`` pairs, so two calls
+    differ only by the weights (the curve that early stopping reads); the grid covers ``t`` evenly, where one
+    random ``t`` per image would not. Raises nothing of its own (torch's errors for a wrong shape or device)."""
     n = len(images)
     g = torch.Generator().manual_seed(seed)
     x0_all = torch.randn(images.shape, generator=g)
@@ -179,10 +189,7 @@ def heldout_loss(model: nn.Module, images: torch.Tensor, device: torch.device, s
     total = 0.0
     for i in range(0, n, batch):
         x1 = images[i: i + batch].to(device, torch.float32)
-        x0 = x0_all[i: i + batch].to(device)
-        t = t_all[i: i + batch].to(device)
-        tb = t[:, None, None, None]
-        total += float(((model((1 - tb) * x0 + tb * x1, t).float() - (x1 - x0)) ** 2).mean()) * len(x1)
+        total += _flow_mse(model, x1, x0_all[i: i + batch].to(device), t_all[i: i + batch].to(device)) * len(x1)
     return total / max(n, 1)
 
 
@@ -211,7 +218,7 @@ def _command() -> str | None:
     return "python -m lab.generative.train_prior " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs, tracking=None):
+def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs, tracking):
     d = _ckpt_dir(cfg)
     d.mkdir(parents=True, exist_ok=True)
     state = {
@@ -225,7 +232,7 @@ def _save_checkpoint(cfg, step, model, ema, opt, gen, losses, wall, runs, tracki
         "losses": list(losses),
         "wall_s": wall,
         "runs": runs,
-        "tracking": tracking or {"curve": [], "best": None, "stopped": False},
+        "tracking": tracking,
     }
     tmp = d / f".step_{step:07d}.pt.tmp"
     torch.save(state, tmp)
