@@ -88,6 +88,20 @@ def test_comm_curve_interpolates_in_log_log_and_refuses_unknown_tiers():
         m.time("all_reduce", 2, 4096, "slow")
     with pytest.raises(ValueError, match="two"):
         CommModel(rows[:1])
+    with pytest.raises(ValueError, match="comm row 2 .*time_s = -1"):
+        CommModel(rows[:2] + [dict(rows[2], time_s=-1.0)])
+
+
+def test_comm_curve_is_made_non_decreasing_pooling_noisy_sizes_by_repeats():
+    # 4 KiB's mean sits above 16 KiB's (a noisy size): the two are pooled, weighted by their repeats (3 and 1)
+    rows = [{"collective": "all_reduce", "world": 2, "tier": "loopback", "bytes": b, "time_s": t, "times_s": [t] * n}
+            for b, t, n in ((1024, 1e-4, 2), (4096, 4e-4, 3), (16384, 2e-4, 1), (65536, 8e-4, 2))]
+    c = CommModel(rows).curves[("all_reduce", 2, "loopback")]
+    pooled = (3 * 4e-4 + 1 * 2e-4) / 4
+    assert c.times.tolist() == pytest.approx([1e-4, pooled, pooled, 8e-4])
+    assert np.all(np.diff(c.times) >= 0)
+    # above the largest size: the slope of the two largest measured means
+    assert c(65536 + 1000) == pytest.approx(8e-4 + 1000 * (8e-4 - 2e-4) / (65536 - 16384))
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(pp=2), dict(pp=3, n_layer=4)])
@@ -176,11 +190,26 @@ def test_calibration_of_the_tp_allreduce_comes_from_tp_runs_and_scales_only_it()
     calls = sum(o.calls * ((o.fwd_bytes > 0) + (o.bwd_bytes > 0)) for o in decompose(tp)
                 if o.name.startswith("tp_allreduce"))
     assert calls >= 4 * tp.n_layer and tp_s == pytest.approx(5e-4 * calls * tp.n_micro_batches)
-    cal = Calibration.fit(bare, [(tp, {"tp_allreduce": 4.0 * tp_s}), (tp, {"tp_allreduce": 6.0 * tp_s}),
-                                 (tp, {"tp_allreduce": 5.0 * tp_s})])
-    # the three runs share one shape: the multiplier (their median) wins; the affine form cannot tell calls from time
-    assert cal.factors == {2: {"tp_comm": pytest.approx(5.0), "tp_comm_op_s": 0.0}} and cal.factor(2, "fwd") == 1.0
-    assert cal.forms[2]["tp_comm"] == "multiplicative"
+    # the steps: the all-reduces 5x, and 0.3 ms of waiting for the other rank at every call
+    truth = Calibration({2: {"tp_comm": 5.0, "tp_wait_s": 3e-4}})
+    step = LearnedPredictor(bare.primitives, bare.comm, truth).predict(tp).total_s
+    assert step > LearnedPredictor(bare.primitives, bare.comm, Calibration({2: {"tp_comm": 5.0}})).predict(tp).total_s
+    cal = Calibration.fit(bare, [(tp, {"tp_allreduce": 4.0 * tp_s, "overall": step}),
+                                 (tp, {"tp_allreduce": 6.0 * tp_s, "overall": step}),
+                                 (tp, {"tp_allreduce": 5.0 * tp_s, "overall": step})])
+    # the three runs share one shape: the multiplier (their median) wins; the affine form cannot tell calls from
+    # time; the wait is solved from the steps once the multiplier is in place
+    assert cal.factors == {2: {"tp_comm": pytest.approx(5.0), "tp_comm_op_s": 0.0,
+                               "tp_wait_s": pytest.approx(3e-4, rel=1e-6)}} and cal.factor(2, "fwd") == 1.0
+    assert cal.forms[2]["tp_comm"] == "multiplicative" and cal.forms[2]["tp_wait_s"] == "additive"
+    assert cal.n_runs == {2: 3}
+    # the component the runs measure (the all-reduces alone) leaves the waits out
+    pw = LearnedPredictor(bare.primitives, bare.comm, cal).predict(tp)
+    assert tp_allreduce_s(pw, tp, cal.factor(2, "tp_wait_s")) == pytest.approx(5.0 * tp_s, rel=1e-6)
+    assert tp_allreduce_s(pw, tp) == pytest.approx(5.0 * tp_s + 3e-4 * tp_calls(tp), rel=1e-6)
+    with pytest.raises(ValueError, match="overall"):
+        Calibration.fit(bare, [(tp, {"tp_allreduce": tp_s})])
+    cal = Calibration({2: {"tp_comm": 5.0, "tp_comm_op_s": 0.0}})
     # an affine TP correction: seconds added per call, only in the directions that move bytes
     aff = LearnedPredictor(bare.primitives, bare.comm, Calibration({2: {"tp_comm": 1.0, "tp_comm_op_s": 1e-4}}))
     by_aff = aff.predict(tp).plan.by_operator

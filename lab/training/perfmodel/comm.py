@@ -12,20 +12,27 @@ node) predicts them. Here the collectives are gloo's (``torch.distributed``, CPU
 
 Message size ``S`` follows :mod:`.operators`: the reduced size for all-reduce, the gathered (output) size
 for all-gather, the input size for reduce-scatter, the sent size for send/recv. One call's time is the
-slowest rank's, between a barrier and the call's return (send/recv: half a ping-pong round trip), the
-median over repeats.
+slowest rank's, between a barrier and the call's return (send/recv: half a ping-pong round trip); a size's
+time is the **mean** over repeats (the median is kept beside it). A step adds its calls, so what it costs is
+each call's expected time, and on this machine that is not the typical one: up to about 500 KB on loopback
+a call takes either about 0.3 ms or about 3.5 ms (near one tick of this kernel, ``CONFIG_HZ=250``), the slow
+mode in 20-70 % of the repeats of a size, so the median of 15 repeats jumps between the two modes from one
+size to the next while the mean stays near their mixture.
 
-The model (:class:`CommModel`) interpolates each measured curve (collective, world size, tier)
-piecewise-linearly in log-log space: gloo switches algorithm and TCP behaves differently by size, so an
-alpha-beta line through all sizes is wrong at some size (that line is what :mod:`.roofline` uses, and it
-is fitted here too, :meth:`CommCurve.alpha_beta`, for the report). Outside the measured sizes it
-extrapolates with the alpha-beta line of the two end points.
+The model (:class:`CommModel`) makes each measured curve (collective, world size, tier) non-decreasing in
+size (isotonic regression of the means, weighted by repeats: a larger message does not cost less, and the
+pooling averages the noise of neighbouring sizes) and interpolates it piecewise-linearly in log-log space:
+gloo switches algorithm and TCP behaves differently by size, so an alpha-beta line through all sizes is
+wrong at some size (that line is what :mod:`.roofline` uses, and it is fitted here too,
+:meth:`CommCurve.alpha_beta`, for the report). Above the largest measured size it extrapolates with the
+slope of the two largest measured sizes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -105,7 +112,8 @@ def measure_collectives(world: int = 2, *, tier: str = "loopback", sizes=None, c
     Returns
     -------
     list of dict
-        ``{"collective", "world", "tier", "bytes", "time_s" (median of the slowest rank per repeat), "times_s"}``.
+        ``{"collective", "world", "tier", "bytes", "time_s" (mean of the slowest rank per repeat),
+        "median_s", "times_s"}``.
 
     Raises
     ------
@@ -124,7 +132,8 @@ def measure_collectives(world: int = 2, *, tier: str = "loopback", sizes=None, c
         if coll == "send_recv":
             per_rep = res[0]["times"][key]  # rank 0's round trip is the one the ping-pong measures
         rows.append({"collective": coll, "world": world, "tier": tier, "bytes": int(nbytes),
-                     "time_s": statistics.median(per_rep), "times_s": per_rep})
+                     "time_s": statistics.fmean(per_rep), "median_s": statistics.median(per_rep),
+                     "times_s": per_rep})
     return rows
 
 
@@ -139,7 +148,10 @@ class CommCurve:
     sizes : ndarray
         Bytes, increasing.
     times : ndarray
-        Seconds (median per size).
+        Seconds per size: the measured means made non-decreasing (see :meth:`CommModel`).
+    tail_slope : float
+        Seconds per byte above the largest size: the slope of the two largest sizes' measured means (0 if
+        they fall).
     """
 
     collective: str
@@ -147,6 +159,7 @@ class CommCurve:
     tier: str
     sizes: np.ndarray
     times: np.ndarray
+    tail_slope: float = 0.0
 
     def __call__(self, nbytes: float) -> float:
         """Seconds of one call of ``nbytes`` (0 for ``nbytes <= 0``)."""
@@ -156,8 +169,7 @@ class CommCurve:
         if nbytes < s[0]:
             return float(t[0])  # latency-bound below the smallest size
         if nbytes > s[-1]:
-            slope = (t[-1] - t[-2]) / (s[-1] - s[-2])
-            return float(t[-1] + max(slope, 0.0) * (nbytes - s[-1]))
+            return float(t[-1] + self.tail_slope * (nbytes - s[-1]))
         return float(np.exp(np.interp(np.log(nbytes), np.log(s), np.log(t))))
 
     def alpha_beta(self) -> tuple[float, float]:
@@ -175,24 +187,40 @@ class CommModel:
     Parameters
     ----------
     rows : list of dict
-        :func:`measure_collectives` output (any number of calls, concatenated).
+        :func:`measure_collectives` output (any number of calls, concatenated): ``collective``, ``world``,
+        ``tier``, ``bytes`` and ``time_s`` (seconds, the mean), optionally ``times_s`` (the repeats, whose
+        count weights the size).
+
+    Each curve's means are fitted by isotonic regression in size (:class:`sklearn.isotonic.IsotonicRegression`,
+    non-decreasing, weighted by repeats): a size whose mean sits above a larger size's is pooled with it.
 
     Raises
     ------
     ValueError
-        A curve with fewer than two sizes.
+        A curve with fewer than two sizes, or a row whose ``bytes`` or ``time_s`` is not a positive finite
+        number (the message names the row).
     """
 
     def __init__(self, rows: list[dict]):
+        from sklearn.isotonic import IsotonicRegression
+
         groups: dict = {}
-        for r in rows:
-            groups.setdefault((r["collective"], int(r["world"]), r["tier"]), []).append((r["bytes"], r["time_s"]))
+        for i, r in enumerate(rows):
+            b, t = r.get("bytes"), r.get("time_s")
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (b, t)):
+                raise ValueError(f"comm row {i} ({r.get('collective')!r}, world {r.get('world')!r}, tier "
+                                 f"{r.get('tier')!r}): bytes = {b!r}, time_s = {t!r}; both must be positive numbers")
+            groups.setdefault((r["collective"], int(r["world"]), r["tier"]), []).append(
+                (float(b), float(t), len(r.get("times_s") or [0])))
         self.curves: dict = {}
         for key, pts in groups.items():
             pts.sort()
             if len(pts) < 2:
                 raise ValueError(f"the curve {key} has {len(pts)} size(s); at least two are needed")
-            self.curves[key] = CommCurve(*key, np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float))
+            sizes, means, n = (np.array(c, float) for c in zip(*pts))
+            times = IsotonicRegression(increasing=True).fit_transform(np.log(sizes), means, sample_weight=n)
+            slope = max((means[-1] - means[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+            self.curves[key] = CommCurve(*key, sizes, times, float(slope))
         self.rows = rows
 
     def time(self, collective: str, group_size: int, nbytes: float, tier: str = "loopback") -> float:

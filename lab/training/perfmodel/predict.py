@@ -74,11 +74,14 @@ _CALIBRATED_TP = {"tp_allreduce": "tp_comm"}
 _AFFINE = ("fwd", "bwd", "tp_comm")
 
 
-def tp_allreduce_s(pred: StepPrediction, config: PerfConfig) -> float:
-    """Seconds of TP all-reduce per step on the stage with the most (all micro-batches, both directions)."""
+def tp_allreduce_s(pred: StepPrediction, config: PerfConfig, wait_s: float = 0.0) -> float:
+    """Seconds of TP all-reduce per step on the stage with the most (all micro-batches, both directions),
+    less ``wait_s`` per call (pass the calibration's ``tp_wait_s`` to get the all-reduces alone, which is
+    what the measured runs' ``tp_allreduce`` holds)."""
     by = pred.plan.by_operator
-    return max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
-               for s in range(config.pp)) * config.n_micro_batches
+    t = max(sum(t for (st, name, _), t in by.items() if st == s and name.startswith("tp_allreduce"))
+            for s in range(config.pp)) * config.n_micro_batches
+    return t - wait_s * tp_calls(config) if wait_s else t
 
 
 def tp_calls(config: PerfConfig, ops=None) -> int:
@@ -128,17 +131,18 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
     return f, c, best, scores
 
 
-def _solve_pp_send(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
-                   hi: float = 0.01) -> float:
-    """The seconds added to each PP send, in ``[0, hi]``, whose calibrated step time is ``measured_s``
-    (bisection: the simulated step only grows with the sends' time); an end of the bracket when none
-    inside reaches it. This is the PP step's whole residual after the compute calibration (waits,
-    bubbles the schedule does not see, imbalance), charged to the sends."""
+def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
+                key: str = "pp_send_s", hi: float = 0.01) -> float:
+    """The seconds added to each call of ``key``'s collective (``"pp_send_s"``: each PP send,
+    ``"tp_wait_s"``: each TP all-reduce), in ``[0, hi]``, whose calibrated step time is ``measured_s``
+    (bisection: the simulated step only grows with the calls' time); an end of the bracket when none
+    inside reaches it. This is the step's whole residual after the calibration so far (waits for the
+    other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
     w = cfg.dp * cfg.tp * cfg.pp
 
     def step(k: float) -> float:
         f = {ww: dict(v) for ww, v in cal.factors.items()}
-        f.setdefault(w, {})["pp_send_s"] = k
+        f.setdefault(w, {})[key] = k
         return LearnedPredictor(bare.primitives, bare.comm, Calibration(f)).predict(cfg).total_s
 
     lo, up = 0.0, hi
@@ -157,12 +161,13 @@ class Calibration:
     """In-situ corrections of the predicted seconds, per ranks sharing the machine.
 
     ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
-    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"pp_send_s"`` (seconds per call): in a run of
-    ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the same cores) a
-    forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward one's
-    likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
-    ``tp_comm * t + calls * tp_comm_op_s``, a PP send's ``t + calls * pp_send_s`` (a wait, not a rate: the
-    same on a slow link; in fact it is whatever the PP calibration runs' steps leave unexplained). A key
+    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"tp_wait_s"``, ``"pp_send_s"`` (seconds per
+    call): in a run of ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the
+    same cores) a forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward
+    one's likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
+    ``tp_comm * t + calls * (tp_comm_op_s + tp_wait_s)``, a PP send's ``t + calls * pp_send_s``. The two
+    ``wait`` keys are waits, not rates (the same on a slow link); in fact each is whatever the TP or PP
+    calibration runs' steps leave unexplained. A key
     missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
     offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
@@ -183,10 +188,11 @@ class Calibration:
     @classmethod
     def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
         """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
-        predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the PP
-        sends: per run with ``pp > 1`` the seconds per send in ``[0, 10 ms]`` that make the calibrated step
-        its measured step (bisection; a run no value in the bracket fits gets the bracket's end), the
-        median over runs. A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key.
+        predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the
+        waits: per run with ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with
+        ``pp > 1`` the seconds per send, each in ``[0, 10 ms]`` and making the calibrated step its measured
+        step (bisection; a run no value in the bracket fits gets the bracket's end), the median over runs.
+        A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key.
 
         Parameters
         ----------
@@ -195,7 +201,8 @@ class Calibration:
         runs : iterable of (PerfConfig, dict)
             Each configuration (on the loopback tier) with its measured components (seconds):
             ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1``, ``tp_allreduce``
-            where ``tp > 1``, ``overall`` where ``pp > 1`` (:func:`benchmarks.perfmodel._summarise_run`'s keys).
+            and ``overall`` where ``tp > 1``, ``overall`` where ``pp > 1``
+            (:func:`benchmarks.perfmodel._summarise_run`'s keys).
 
         Raises
         ------
@@ -213,6 +220,7 @@ class Calibration:
                 raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: zero1 = True; calibrate on "
                                  "runs without ZeRO-1 (the update multiplier is for the optimizer step alone)")
         pp_runs = [(cfg, m) for cfg, m in runs if cfg.pp > 1]
+        tp_runs = [(cfg, m) for cfg, m in runs if cfg.tp > 1 and cfg.pp == 1]
         for cfg, measured in runs:
             if cfg.pp > 1:
                 continue
@@ -244,20 +252,24 @@ class Calibration:
                 if key in _AFFINE:
                     factors[w][f"{key}_op_s"] = c
                 forms[w][key], loo[w][key] = form, scores
-        # PP sends last: each PP run's seconds per send make the calibrated step (compute and TP as fitted
-        # above) equal its measured step; the median over runs per world
-        ks: dict[int, list[float]] = {}
-        for cfg, measured in pp_runs:
-            m = measured.get("overall")
-            if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
-                raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured overall = {m!r}, "
-                                 "not a positive number of seconds")
-            world = cfg.dp * cfg.tp * cfg.pp
-            ks.setdefault(world, []).append(_solve_pp_send(bare, cls(factors), cfg, float(m)))
-            n_runs[world] = n_runs.get(world, 0) + 1
-        for w, k in ks.items():
-            factors.setdefault(w, {})["pp_send_s"] = statistics.median(k)
-            forms.setdefault(w, {})["pp_send_s"] = "additive"
+        # then the waits, each run's seconds per call making its calibrated step (compute and TP all-reduce
+        # as fitted above) its measured step, the median over runs per world: TP runs' per TP all-reduce
+        # (the critical path waits for the later rank at every call, which the last-arriving rank's
+        # all-reduce time leaves out), then PP runs' per PP send (with the TP waits in place)
+        for key, group in (("tp_wait_s", tp_runs), ("pp_send_s", pp_runs)):
+            ks: dict[int, list[float]] = {}
+            for cfg, measured in group:
+                m = measured.get("overall")
+                if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+                    raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured overall = {m!r}, "
+                                     "not a positive number of seconds")
+                world = cfg.dp * cfg.tp * cfg.pp
+                ks.setdefault(world, []).append(_solve_wait(bare, cls(factors), cfg, float(m), key))
+                if key == "pp_send_s":
+                    n_runs[world] = n_runs.get(world, 0) + 1
+            for w, k in ks.items():
+                factors.setdefault(w, {})[key] = statistics.median(k)
+                forms.setdefault(w, {})[key] = "additive"
         return cls(factors, n_runs, forms, loo)
 
     def to_json(self) -> dict:
@@ -327,7 +339,7 @@ class LearnedPredictor:
         world = config.dp * config.tp * config.pp
         cal = self.calibration if self.calibration is not None else Calibration()  # none: factors 1, offsets 0
         scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "pp_send_s", "fwd_op_s",
-                                                    "bwd_op_s", "tp_comm_op_s")}
+                                                    "bwd_op_s", "tp_comm_op_s", "tp_wait_s")}
 
         def fn(op: Operator, direction: str) -> float:
             nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
@@ -335,7 +347,7 @@ class LearnedPredictor:
                 t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
                 calls = op.calls if nbytes > 0 else 0  # a direction that moves nothing sends nothing
                 if op.name.startswith("tp_allreduce"):
-                    return t * scale["tp_comm"] + calls * scale["tp_comm_op_s"]
+                    return t * scale["tp_comm"] + calls * (scale["tp_comm_op_s"] + scale["tp_wait_s"])
                 return t + calls * scale["pp_send_s"] if op.name == "pp_p2p" else t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
