@@ -8,10 +8,11 @@ Parts (each writes its own file beside ``--out`` so a long run can be split unde
             forward and backward over the shapes of 60 model configurations from ``SAMPLE_GRID``
             -> ``perfmodel_samples_cpu.json``.
 ``comm``    gloo all-reduce / all-gather / reduce-scatter / send-recv, 2 ranks, 256 B .. 16 MiB, on loopback
-            and, where namespaces can be made, on the fast and slow tiers of a ShapedNetwork
-            -> ``perfmodel_comm.json``.
-``runs``    the calibration configurations (:data:`CALIBRATION_CONFIGS`, sizes of the sampler's grid), then
-            the validation configurations (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training
+            and, where namespaces can be made, on the fast and slow tiers of a ShapedNetwork, ``--comm-repeats``
+            calls a size (their mean is the size's time) -> ``perfmodel_comm.json``.
+``runs``    the calibration configurations (:data:`CALIBRATION_CONFIGS`, sizes of the sampler's grid, and
+            :data:`SHAPED_CALIBRATION_CONFIGS` across the slow tier), then the validation configurations
+            (:data:`CONFIGS`, :data:`SHAPED_CONFIGS`), real gloo training
             steps (median of ``--steps`` after ``--warmup``; all configurations ``--passes`` times in turn, each
             component the median over passes) -> ``perfmodel_runs.json``.
 ``report``  fit the regressors (3 seeds of the validation split) and, per seed, the in-situ calibration
@@ -82,6 +83,9 @@ CALIBRATION_CONFIGS = [
     *(c.model_copy(update={"pp": 2, "n_layer": L, "n_micro_batches": m})
       for c, L, m in zip(_CALIBRATION_ONE_RANK, (2, 4, 2, 4), (4, 3, 2, 4))),
 ]
+#: Calibration runs across the shaped slow tier (one rank per host), for its own waits per TP all-reduce and
+#: per PP send: the TP and PP calibration layouts of the first two one-rank shapes.
+SHAPED_CALIBRATION_CONFIGS = [c for c in CALIBRATION_CONFIGS[8:] if c.d_model in (80, 144)]
 SLOW_MBIT = 400.0
 COMPONENTS = ["encoder_fwd", "stage_fwd_max", "stage_bwd_max", "tp_allreduce", "grad_sync", "update", "overall"]
 
@@ -160,6 +164,7 @@ def part_runs(paths, steps: int, warmup: int, passes: int) -> None:
     plan = [("calibration", "loopback", c) for c in CALIBRATION_CONFIGS] + [("runs", "loopback", c) for c in CONFIGS]
     why = netns_unavailable()
     if why is None:
+        plan += [("calibration", "slow", c) for c in SHAPED_CALIBRATION_CONFIGS]
         plan += [("runs", "slow", c) for c in SHAPED_CONFIGS]
     else:
         print(f"shaped-tier runs skipped: {why}", file=sys.stderr)
@@ -210,7 +215,8 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         hw["slow"] = local_hardware(comm, tier="slow", world=2, gpus_per_node=1)
     # one untimed prediction first: the first one imports what torch's meta device needs (sympy), once per process
     LearnedPredictor(models[0], comm).predict(PerfConfig(n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=V))
-    cal_runs = [(PerfConfig.model_validate(r["config"]), r["measured"]) for r in runs_d["calibration"]]
+    cal_runs = [(PerfConfig.model_validate(r["config"]), r["measured"], r.get("tier", "loopback"))
+                for r in runs_d["calibration"]]
     cals = [Calibration.fit(LearnedPredictor(m, comm), cal_runs) for m in models]
     rows = []
     for run in runs_d["runs"]:
@@ -223,7 +229,7 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         roof = Roofline.predict(cfg, hw[tier], method="simulate")
         meas = run["measured"]
         world = cfg.dp * cfg.tp * cfg.pp
-        comp_pred = [_predicted_components(p, cfg, c.factor(world, "tp_wait_s")) for p, c in zip(preds, cals)]
+        comp_pred = [_predicted_components(p, cfg, c.factor(world, "tp_wait_s", tier)) for p, c in zip(preds, cals)]
         comp_base, comp_roof = _predicted_components(base, cfg), _predicted_components(roof, cfg)
         comp_bare = _predicted_components(bare, cfg)
         row = {"config": run["config"], "tier": tier, "measured_s": meas["overall"],
@@ -277,7 +283,8 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         # paired: the configurations resampled together
         "mape_minus_uncalibrated_ci95": _ci([(abs(r["error"]) - abs(r["uncalibrated_error"])) * 100 for r in rows]),
         "calibration": cals[0].to_json(),
-        "calibration_runs": [{"config": r["config"], "measured": r["measured"]} for r in runs_d["calibration"]],
+        "calibration_runs": [{"config": r["config"], "tier": r.get("tier", "loopback"), "measured": r["measured"]}
+                             for r in runs_d["calibration"]],
         "linear_base_mape": summary("linear_base_error")["mape"],
         "components": components,
         "goals": {"mape_le_5": summary("error")["mape"] <= 5.0,
@@ -305,7 +312,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--passes", type=int, default=3, help="times each run is measured, in turn")
-    ap.add_argument("--comm-repeats", type=int, default=15)
+    ap.add_argument("--comm-repeats", type=int, default=40)
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

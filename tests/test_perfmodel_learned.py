@@ -14,7 +14,8 @@ import pytest
 from lab.training.perfmodel import PerfConfig, decompose, stage_parameters
 from lab.training.perfmodel.comm import CommModel
 from lab.training.perfmodel.parallel import StageModule, measure_steps
-from lab.training.perfmodel.predict import Calibration, LearnedPredictor, compute_calls, tp_allreduce_s, tp_calls
+from lab.training.perfmodel.predict import (Calibration, LearnedPredictor, compute_calls, one_rank_per_host, single_tier,
+                                            tp_allreduce_s, tp_calls)
 from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel, fit_primitives
 
@@ -117,8 +118,8 @@ def _stub_predictor(per_flop: float = 0.0):
     prims = PrimitiveModel({}, 1e-4, "cpu")
     prims.predict = lambda kind, direction, precision, features, flops, nbytes: 1e-3 + per_flop * flops
     prims.predict_many = lambda kind, direction, precision, items: [1e-3 + per_flop * f for _, f, _ in items]
-    rows = [{"collective": c, "world": 2, "tier": "loopback", "bytes": b, "time_s": 5e-4}
-            for c in ("all_reduce", "send_recv") for b in (1, 10**9)]
+    rows = [{"collective": c, "world": 2, "tier": tier, "bytes": b, "time_s": 5e-4}
+            for c in ("all_reduce", "send_recv") for b in (1, 10**9) for tier in ("loopback", "fast", "slow")]
     return LearnedPredictor(prims, CommModel(rows))
 
 
@@ -252,6 +253,32 @@ def test_calibration_of_the_pp_sends_solves_for_the_measured_step():
                                 {"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3, "update": 1e-3})])
 
 
+def test_calibration_fits_a_shaped_tiers_own_waits_on_top_of_loopbacks():
+    bare = _stub_predictor()
+    tp = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, n_micro_batches=2, tp=2)
+    pp = tp.model_copy(update={"tp": 1, "pp": 2, "n_micro_batches": 3})
+    truth = Calibration({2: {"tp_wait_s": 1e-4, "pp_send_s": 2e-4}},
+                        tier_factors={"slow": {2: {"tp_wait_s": 5e-4, "pp_send_s": 5e-5}}})
+    learned = LearnedPredictor(bare.primitives, bare.comm, truth)
+    step = {(c.tp, tier): learned.predict(c, single_tier() if tier == "loopback" else one_rank_per_host()).total_s
+            for c in (tp, pp) for tier in ("loopback", "slow")}
+    # the slow tier's waits apply to its collectives only: the loopback step of the same config differs
+    assert step[(2, "slow")] > step[(2, "loopback")] and step[(1, "slow")] < step[(1, "loopback")]
+    tp_s = tp_allreduce_s(bare.predict(tp), tp)
+    runs = [(tp, {"tp_allreduce": tp_s, "overall": step[(2, "loopback")]}), (pp, {"overall": step[(1, "loopback")]}),
+            (tp, {"overall": step[(2, "slow")]}, "slow"), (pp, {"overall": step[(1, "slow")]}, "slow")]
+    cal = Calibration.fit(bare, runs)
+    assert cal.factors[2]["tp_wait_s"] == pytest.approx(1e-4, rel=1e-6)
+    assert cal.factors[2]["pp_send_s"] == pytest.approx(2e-4, rel=1e-6)
+    assert cal.tier_factors == {"slow": {2: {"tp_wait_s": pytest.approx(5e-4, rel=1e-6),
+                                             "pp_send_s": pytest.approx(5e-5, rel=1e-5)}}}
+    assert cal.n_runs == {2: 4}
+    # a tier without its own waits (and every non-wait key) takes loopback's
+    assert cal.factor(2, "tp_wait_s", "fast") == cal.factor(2, "tp_wait_s") == cal.factors[2]["tp_wait_s"]
+    assert cal.factor(2, "tp_comm", "slow") == cal.factor(2, "tp_comm")
+    assert Calibration.from_json(json.loads(json.dumps(cal.to_json()))) == cal
+
+
 @pytest.mark.parametrize("bad", [{"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3},
                                  {"stage_fwd_max": 1e-3, "stage_bwd_max": -1.0, "update": 1e-3},
                                  {"stage_fwd_max": float("nan"), "stage_bwd_max": 1e-3, "update": 1e-3}])
@@ -296,14 +323,21 @@ def test_committed_benchmark_is_consistent_and_reproduced_by_its_model():
     assert len(cal_runs) >= 16 and not {shapes(r["config"]) for r in cal_runs} & {shapes(r["config"]) for r in rows}
     assert {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in cal_runs} == \
         {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)}
+    if any(r["tier"] != "loopback" for r in rows):  # shaped validation runs come with shaped calibration runs
+        assert {(r["config"]["tp"], r["config"]["pp"]) for r in cal_runs if r["tier"] == "slow"} == {(2, 1), (1, 2)}
     layouts = {(r["config"]["dp"], r["config"]["tp"], r["config"]["pp"]) for r in rows}
     assert {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)} <= layouts
     ex = Explorer(RESULTS.parent)
-    refit = Calibration.fit(ex.learned, [(PerfConfig.model_validate(r["config"]), r["measured"]) for r in cal_runs])
+    refit = Calibration.fit(ex.learned, [(PerfConfig.model_validate(r["config"]), r["measured"], r["tier"])
+                                         for r in cal_runs])
     assert ex.learned.calibration is ex.calibration and refit.n_runs == ex.calibration.n_runs
     for w, f in refit.factors.items():
         assert f == pytest.approx(ex.calibration.factors[w], rel=5e-3)
-    for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1] + [r for r in rows if r["config"]["tp"] == 2][:1]:
+    for t, per in refit.tier_factors.items():
+        for w, f in per.items():
+            assert f == pytest.approx(ex.calibration.tier_factors[t][w], rel=5e-3, abs=1e-6)
+    slow = [r for r in rows if r["tier"] != "loopback"]
+    for r in rows[:3] + [r for r in rows if r["config"]["pp"] == 2][:1] + [r for r in rows if r["config"]["tp"] == 2][:1] + slow:
         cfg = PerfConfig.model_validate(r["config"])
         got = ex.predict(cfg, "local", r["tier"])
         # Not bit for bit: the refit's base (scipy's nnls) and log features go through this CPU's BLAS and

@@ -94,7 +94,7 @@ def _worker(spec: dict) -> dict:
 
 
 def measure_collectives(world: int = 2, *, tier: str = "loopback", sizes=None, collectives=COLLECTIVES,
-                        repeats: int = 15, warmup: int = 3, network=None, hosts=None, timeout_s: float = 600.0) -> list[dict]:
+                        repeats: int = 40, warmup: int = 3, network=None, hosts=None, timeout_s: float = 600.0) -> list[dict]:
     """Time gloo collectives on ``world`` ranks started as processes.
 
     Parameters

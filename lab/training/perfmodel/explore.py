@@ -219,7 +219,8 @@ class Explorer:
         self.primitives = fit_primitives(samples, chosen=report["regressors"])
         self.comm = CommModel(json.loads(files["comm"].read_text())["rows"])
         # the benchmark's in-situ calibration (seed 0's), when its report has one; it was fitted on 1- and
-        # 2-rank loopback runs, and larger worlds and the slow tier take the 2-rank corrections
+        # 2-rank loopback runs (and the slow tier's waits on 2-rank runs across it); larger worlds take the
+        # 2-rank corrections
         self.calibration = Calibration.from_json(report["calibration"]) if "calibration" in report else None
         self.learned = LearnedPredictor(self.primitives, self.comm, self.calibration)
         self.runs = json.loads(files["runs"].read_text())["runs"]

@@ -131,19 +131,31 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
     return f, c, best, scores
 
 
+#: The additive waits (seconds per call), fitted per tier where a tier has calibration runs.
+_WAITS = ("tp_wait_s", "pp_send_s")
+
+
+def _placement_of(tier: str) -> Placement:
+    """A calibration run's placement: every rank on loopback, or one rank per host across ``tier``."""
+    return single_tier("loopback") if tier == "loopback" else one_rank_per_host(slow=tier)
+
+
 def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
-                key: str = "pp_send_s", hi: float = 0.01) -> float:
+                key: str = "pp_send_s", tier: str = "loopback", hi: float = 0.01) -> float:
     """The seconds added to each call of ``key``'s collective (``"pp_send_s"``: each PP send,
-    ``"tp_wait_s"``: each TP all-reduce), in ``[0, hi]``, whose calibrated step time is ``measured_s``
-    (bisection: the simulated step only grows with the calls' time); an end of the bracket when none
-    inside reaches it. This is the step's whole residual after the calibration so far (waits for the
-    other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
+    ``"tp_wait_s"``: each TP all-reduce) on ``tier``, in ``[0, hi]``, whose calibrated step time is
+    ``measured_s`` (bisection: the simulated step only grows with the calls' time); an end of the bracket
+    when none inside reaches it. This is the step's whole residual after the calibration so far (waits for
+    the other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
     w = cfg.dp * cfg.tp * cfg.pp
+    placement = _placement_of(tier)
 
     def step(k: float) -> float:
         f = {ww: dict(v) for ww, v in cal.factors.items()}
-        f.setdefault(w, {})[key] = k
-        return LearnedPredictor(bare.primitives, bare.comm, Calibration(f)).predict(cfg).total_s
+        tf = {t: {ww: dict(v) for ww, v in per.items()} for t, per in cal.tier_factors.items()}
+        (f if tier == "loopback" else tf.setdefault(tier, {})).setdefault(w, {})[key] = k
+        c = Calibration(f, tier_factors=tf)
+        return LearnedPredictor(bare.primitives, bare.comm, c).predict(cfg, placement).total_s
 
     lo, up = 0.0, hi
     if step(lo) >= measured_s:
@@ -171,17 +183,25 @@ class Calibration:
     missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
     offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
-    leave-one-out error over the calibration runs (%), which chose it.
+    leave-one-out error over the calibration runs (%), which chose it. ``tier_factors[tier][world]`` holds
+    the waits (``"tp_wait_s"``, ``"pp_send_s"``) fitted on runs across a shaped ``tier`` (one rank per
+    host): a collective on that tier takes them in place of the loopback ones.
     """
 
     factors: dict[int, dict[str, float]] = field(default_factory=dict)
     n_runs: dict[int, int] = field(default_factory=dict)
     forms: dict[int, dict[str, str]] = field(default_factory=dict)
     loo_mape: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    tier_factors: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
 
-    def factor(self, world: int, key: str) -> float:
+    def factor(self, world: int, key: str, tier: str | None = None) -> float:
         """The value of ``key`` (see the class) at ``world`` ranks: a plain multiplier, or seconds for the
-        keys ending in ``_s``."""
+        keys ending in ``_s``; for a wait on ``tier``, that tier's value where it was fitted."""
+        if tier is not None and key in _WAITS:
+            per = self.tier_factors.get(tier, {})
+            below = [w for w in per if w <= world and key in per[w]]
+            if below:
+                return per[max(below)][key]
         below = [w for w in self.factors if w <= world and key in self.factors[w]]
         return self.factors[max(below)][key] if below else (0.0 if key.endswith("_s") else 1.0)
 
@@ -192,14 +212,16 @@ class Calibration:
         waits: per run with ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with
         ``pp > 1`` the seconds per send, each in ``[0, 10 ms]`` and making the calibrated step its measured
         step (bisection; a run no value in the bracket fits gets the bracket's end), the median over runs.
-        A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key.
+        A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key. Runs across a
+        shaped tier give only that tier's waits, solved last (on top of everything loopback gave).
 
         Parameters
         ----------
         predictor : LearnedPredictor
             Uncalibrated (its own calibration is ignored).
-        runs : iterable of (PerfConfig, dict)
-            Each configuration (on the loopback tier) with its measured components (seconds):
+        runs : iterable of (PerfConfig, dict) or (PerfConfig, dict, str)
+            Each configuration with its measured components (seconds) and its tier (default
+            ``"loopback"``; another tier: one rank per host across it, and ``overall`` is all it needs):
             ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1``, ``tp_allreduce``
             and ``overall`` where ``tp > 1``, ``overall`` where ``pp > 1``
             (:func:`benchmarks.perfmodel._summarise_run`'s keys).
@@ -214,13 +236,13 @@ class Calibration:
         bare = LearnedPredictor(predictor.primitives, predictor.comm)
         rows: dict[int, dict[str, list[tuple[float, int, float]]]] = {}
         n_runs: dict[int, int] = {}
-        runs = list(runs)
-        for cfg, _ in runs:
+        runs = [(cfg, m, tier[0] if tier else "loopback") for cfg, m, *tier in runs]
+        shaped = [r for r in runs if r[2] != "loopback"]
+        runs = [(cfg, m) for cfg, m, tier in runs if tier == "loopback"]
+        for cfg, _ in runs + [(c, m) for c, m, _ in shaped]:
             if cfg.zero1:
                 raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: zero1 = True; calibrate on "
                                  "runs without ZeRO-1 (the update multiplier is for the optimizer step alone)")
-        pp_runs = [(cfg, m) for cfg, m in runs if cfg.pp > 1]
-        tp_runs = [(cfg, m) for cfg, m in runs if cfg.tp > 1 and cfg.pp == 1]
         for cfg, measured in runs:
             if cfg.pp > 1:
                 continue
@@ -256,32 +278,42 @@ class Calibration:
         # as fitted above) its measured step, the median over runs per world: TP runs' per TP all-reduce
         # (the critical path waits for the later rank at every call, which the last-arriving rank's
         # all-reduce time leaves out), then PP runs' per PP send (with the TP waits in place)
-        for key, group in (("tp_wait_s", tp_runs), ("pp_send_s", pp_runs)):
-            ks: dict[int, list[float]] = {}
-            for cfg, measured in group:
-                m = measured.get("overall")
-                if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
-                    raise ValueError(f"calibration run {cfg.model_dump(mode='json')}: measured overall = {m!r}, "
-                                     "not a positive number of seconds")
-                world = cfg.dp * cfg.tp * cfg.pp
-                ks.setdefault(world, []).append(_solve_wait(bare, cls(factors), cfg, float(m), key))
-                if key == "pp_send_s":
-                    n_runs[world] = n_runs.get(world, 0) + 1
-            for w, k in ks.items():
-                factors.setdefault(w, {})[key] = statistics.median(k)
-                forms.setdefault(w, {})[key] = "additive"
-        return cls(factors, n_runs, forms, loo)
+        tier_factors: dict[str, dict[int, dict[str, float]]] = {}
+        tiers = ["loopback"] + sorted({t for _, _, t in shaped})
+        for tier in tiers:
+            group_runs = runs if tier == "loopback" else [(c, m) for c, m, t in shaped if t == tier]
+            for key in _WAITS:
+                ks: dict[int, list[float]] = {}
+                for cfg, measured in group_runs:
+                    if not (cfg.pp > 1 if key == "pp_send_s" else cfg.tp > 1 and cfg.pp == 1):
+                        continue
+                    m = measured.get("overall")
+                    if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+                        raise ValueError(f"calibration run {cfg.model_dump(mode='json')} ({tier}): measured "
+                                         f"overall = {m!r}, not a positive number of seconds")
+                    world = cfg.dp * cfg.tp * cfg.pp
+                    cal = cls(factors, tier_factors=tier_factors)
+                    ks.setdefault(world, []).append(_solve_wait(bare, cal, cfg, float(m), key, tier))
+                    if key == "pp_send_s" or tier != "loopback":
+                        n_runs[world] = n_runs.get(world, 0) + 1
+                for w, k in ks.items():
+                    dest = factors if tier == "loopback" else tier_factors.setdefault(tier, {})
+                    dest.setdefault(w, {})[key] = statistics.median(k)
+                    if tier == "loopback":
+                        forms.setdefault(w, {})[key] = "additive"
+        return cls(factors, n_runs, forms, loo, tier_factors)
 
     def to_json(self) -> dict:
         """Plain JSON types (world keys as strings), the inverse of :meth:`from_json`."""
         return {"factors": {str(w): f for w, f in self.factors.items()},
                 "n_runs": {str(w): n for w, n in self.n_runs.items()},
                 "forms": {str(w): f for w, f in self.forms.items()},
-                "loo_mape": {str(w): f for w, f in self.loo_mape.items()}}
+                "loo_mape": {str(w): f for w, f in self.loo_mape.items()},
+                "tier_factors": {t: {str(w): f for w, f in per.items()} for t, per in self.tier_factors.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Calibration":
-        """From :meth:`to_json`'s dict (``forms``, ``loo_mape`` and ``n_runs`` optional).
+        """From :meth:`to_json`'s dict (``forms``, ``loo_mape``, ``n_runs`` and ``tier_factors`` optional).
 
         Raises
         ------
@@ -291,7 +323,8 @@ class Calibration:
         return cls({int(w): dict(f) for w, f in d["factors"].items()},
                    {int(w): n for w, n in d.get("n_runs", {}).items()},
                    {int(w): dict(f) for w, f in d.get("forms", {}).items()},
-                   {int(w): {k: dict(v) for k, v in f.items()} for w, f in d.get("loo_mape", {}).items()})
+                   {int(w): {k: dict(v) for k, v in f.items()} for w, f in d.get("loo_mape", {}).items()},
+                   {t: {int(w): dict(f) for w, f in per.items()} for t, per in d.get("tier_factors", {}).items()})
 
 
 class LearnedPredictor:
@@ -338,17 +371,18 @@ class LearnedPredictor:
         seen_stages: set = set()
         world = config.dp * config.tp * config.pp
         cal = self.calibration if self.calibration is not None else Calibration()  # none: factors 1, offsets 0
-        scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "pp_send_s", "fwd_op_s",
-                                                    "bwd_op_s", "tp_comm_op_s", "tp_wait_s")}
+        scale = {k: cal.factor(world, k) for k in ("fwd", "bwd", "update", "tp_comm", "fwd_op_s", "bwd_op_s",
+                                                    "tp_comm_op_s")}
 
         def fn(op: Operator, direction: str) -> float:
             nbytes = op.fwd_bytes if direction == "fwd" else op.bwd_bytes
             if op.is_collective:
-                t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, placement(op))
+                tier = placement(op)
+                t = op.calls * self.comm.time(op.collective, op.group_size, nbytes, tier)
                 calls = op.calls if nbytes > 0 else 0  # a direction that moves nothing sends nothing
                 if op.name.startswith("tp_allreduce"):
-                    return t * scale["tp_comm"] + calls * (scale["tp_comm_op_s"] + scale["tp_wait_s"])
-                return t + calls * scale["pp_send_s"] if op.name == "pp_p2p" else t
+                    return t * scale["tp_comm"] + calls * (scale["tp_comm_op_s"] + cal.factor(world, "tp_wait_s", tier))
+                return t + calls * cal.factor(world, "pp_send_s", tier) if op.name == "pp_p2p" else t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
             key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
