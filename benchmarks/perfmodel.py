@@ -202,6 +202,35 @@ def _ci(values, n=2000, seed=0):
     return [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
 
 
+def noise_floor_mape(per_pass: list[list[float]], n_sim: int = 200_000, seed: int = 0) -> dict:
+    """The MAPE a predictor that knew each configuration's true mean step time would still score against
+    its measured value (the median of its passes), estimated from the spread between passes.
+
+    ``per_pass``: for each configuration, its ``overall`` step time (s) in each of ``n >= 2`` passes (one
+    ``n`` for all). Passes are taken as independent normal draws around the true value with a relative
+    spread ``sigma`` of their own: ``E|X_i - X_j| = 2 sigma / sqrt(pi)`` estimates ``sigma`` from the
+    mean relative pairwise difference, and ``E|median_n - mu|`` for that ``sigma`` (simulated, seeded) is
+    the floor. Drift shared by every pass of a configuration is not seen, so the floor is a lower bound.
+
+    Returns ``{"mape": percent, "pairwise_rel_diff_percent": mean over configurations, "passes": n,
+    "median_to_pair_ratio": the simulated constant}``.
+
+    Raises
+    ------
+    ValueError
+        When a configuration has fewer than 2 passes or the configurations' pass counts differ.
+    """
+    counts = {len(p) for p in per_pass}
+    if not per_pass or len(counts) != 1 or min(counts) < 2:
+        raise ValueError(f"noise_floor_mape: every configuration needs the same number (>= 2) of passes, got {sorted(counts)}")
+    n = counts.pop()
+    pair = [float(np.mean([abs(a - b) / ((a + b) / 2) for i, a in enumerate(p) for b in p[i + 1:]])) for p in per_pass]
+    z = np.random.default_rng(seed).standard_normal((n_sim, n))
+    ratio = float(np.mean(np.abs(np.median(z, axis=1))) / (2 / np.sqrt(np.pi)))
+    return {"mape": float(np.mean(pair)) * ratio * 100, "pairwise_rel_diff_percent": float(np.mean(pair)) * 100,
+            "passes": n, "median_to_pair_ratio": ratio}
+
+
 def part_report(paths, out: Path, seeds: int) -> dict:
     samples = json.loads(paths["samples"].read_text())
     comm_d = json.loads(paths["comm"].read_text())
@@ -281,6 +310,9 @@ def part_report(paths, out: Path, seeds: int) -> dict:
         "uncalibrated_mape": summary("uncalibrated_error")["mape"],
         "uncalibrated_mape_ci95": summary("uncalibrated_error")["ci95"],
         # paired: the configurations resampled together
+        # what a predictor knowing every true step time would score against these measurements
+        "noise_floor": (noise_floor_mape([r["measured"]["overall_per_pass"] for r in runs_d["runs"]])
+                        if runs_d.get("passes", 1) > 1 else None),
         "mape_minus_uncalibrated_ci95": _ci([(abs(r["error"]) - abs(r["uncalibrated_error"])) * 100 for r in rows]),
         "calibration": cals[0].to_json(),
         "calibration_runs": [{"config": r["config"], "tier": r.get("tier", "loopback"), "measured": r["measured"]}

@@ -362,3 +362,22 @@ def test_benchmark_runs_take_each_component_median_over_passes():
     # the calibration set and the validation set share no (d, s, V) shape
     shape = lambda c: (c.d_model, c.seq_len, c.vocab_size)  # noqa: E731
     assert not {shape(c) for c in CALIBRATION_CONFIGS} & {shape(c) for c in CONFIGS + SHAPED_CONFIGS}
+
+
+def test_noise_floor_recovers_a_known_spread_and_refuses_ragged_passes():
+    from benchmarks.perfmodel import noise_floor_mape
+
+    rng = np.random.default_rng(3)
+    mu = np.exp(rng.uniform(-5.0, -2.0, 300))  # true step times, 7 ms .. 135 ms
+    for sigma in (0.05, 0.15):
+        x = mu[:, None] * (1.0 + sigma * rng.standard_normal((300, 3)))
+        truth = float(np.mean(np.abs(np.median(x, axis=1) - mu) / mu) * 100)  # what an oracle scores
+        got = noise_floor_mape(x.tolist())
+        assert got["passes"] == 3 and got["mape"] == pytest.approx(truth, rel=0.12)
+        assert got["pairwise_rel_diff_percent"] == pytest.approx(2 / np.sqrt(np.pi) * sigma * 100, rel=0.12)
+    # identical passes: no noise, floor 0
+    assert noise_floor_mape([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])["mape"] == 0.0
+    with pytest.raises(ValueError, match="same number"):
+        noise_floor_mape([[1.0, 1.1, 0.9], [1.0, 1.1]])
+    with pytest.raises(ValueError, match=">= 2"):
+        noise_floor_mape([[1.0], [2.0]])
