@@ -240,6 +240,7 @@ def run_time(quick: bool = False, workdir: Path | None = None, shares: tuple[flo
         rate = link_rate_mbit(share, t0, wire)
         key = f"{share:.2f}"
         runs: dict = {}
+        load_before = os.getloadavg()[0]  # other work on this shared machine shows here
         with ShapedNetwork(n_hosts=2, rate_mbit=rate) as net:
             goodput = net.measure_mbit(0, 1)
             todo = [(seed, m) for seed in s.seeds for m in s.methods]
@@ -249,7 +250,8 @@ def run_time(quick: bool = False, workdir: Path | None = None, shares: tuple[flo
                 t1 = time.perf_counter()
                 runs[(method, seed)] = {**runner.run(net, name, cfg), "wall_s": time.perf_counter() - t1}
         table[key] = _summarize(s, runs, t0)
-        table[key]["_link"] = {"rate_mbit": rate, "measured_goodput_mbit": goodput, "calibration_unshaped_step_s": t0}
+        table[key]["_link"] = {"rate_mbit": rate, "measured_goodput_mbit": goodput, "calibration_unshaped_step_s": t0,
+                               "load_average_1min_before_after": [load_before, os.getloadavg()[0]]}
         detail["runs"][key] = {f"{m}_seed{sd}": {"step_s_median": statistics.median(r["step_s"].values()),
                                                  "val_by_step": r["val_by_step"], "bytes_per_step": r["bytes_per_step"],
                                                  "wall_s": r["wall_s"]}
