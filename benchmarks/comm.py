@@ -1,10 +1,11 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time|long_run] [--workdir DIR]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time|time_profile|long_run] [--workdir DIR]
 
 A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
 the other parts' keys kept. ``bytes_curve`` is :mod:`benchmarks.comm_bytes` (GIFT's error against its
-whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces), ``long_run``
+whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces; ``time_profile``
+re-runs only its in-process profile), ``long_run``
 is :mod:`benchmarks.comm_long` (dense AdamS and SCAPE over 3,000 steps, 3 seeds).
 
 Two parts, both on the character-level GPT of :mod:`lab.training` trained on the 42 plays of the
@@ -1029,6 +1030,10 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
 
         result["time"], result["time_detail"] = run_time(quick=s.quick, shares=time_shares)
         goals.update(result["time_detail"].get("goals", {}))
+    if part == "time_profile":  # the time part's profile alone (no namespaces), into time_detail.profile
+        from benchmarks.comm_time import FULL_TIME, QUICK_TIME, profile_gift
+
+        result["time_detail"] = {"profile": profile_gift(QUICK_TIME if s.quick else FULL_TIME)}
     if part == "long_run":  # about 4 minutes per run and seed: never part of "all"
         from benchmarks.comm_long import run_long
 
@@ -1043,7 +1048,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time", "long_run"), default="all",
+    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time", "time_profile", "long_run"), default="all",
                    help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder")
@@ -1074,6 +1079,8 @@ def merge_part(out: str | Path, result: dict, part: str) -> dict:
         merged["time"] = {**(old.get("time") or {}), **result["time"]}
         runs = {**((old.get("time_detail") or {}).get("runs") or {}), **result["time_detail"].get("runs", {})}
         merged["time_detail"] = {**(old.get("time_detail") or {}), **result["time_detail"], "runs": runs}
+    if part == "time_profile":  # only the profile of the time part is replaced
+        merged["time_detail"] = {**(old.get("time_detail") or {}), "profile": result["time_detail"]["profile"]}
     merged["goals"] = {**old.get("goals", {}), **result.get("goals", {})}
     merged["goals_met"] = {k: v.get("met") for k, v in merged["goals"].items()}
     merged.setdefault("inputs_by_part", {})[part] = result.get("inputs")

@@ -37,7 +37,9 @@ lower-bound hit rate of Euclidean FP8), ``gain_threshold`` (the earlier rule, ev
 profile whole-model gain is highest among those whose budget selection fits the target; the curve
 rows vary one setting at a time around it.
 
-Row fields: ``n_eigenpairs``, ``refresh_every``, ``refresh_warmup``, ``selection``, ``selected``,
+Row fields: ``n_eigenpairs``, ``refresh_every``, ``refresh_warmup``, ``selection``, ``selected``, ``eigensolver``
+(``"subspace"`` in the one row, ``varied="eigensolver"``, of the main configuration with its factors by
+warm-started subspace iteration instead of ``eigh``),
 ``bytes_fraction``, ``side_bytes_per_step``, ``rel_l2_ratio_vs_fp8`` (whole model: Euclidean E4M3's
 relative error / GIFT's, mean over capture steps), ``rel_l2_ratio_vs_fp8_selected`` (the same over the
 selected layers), ``..._min`` (the worst capture step), ``rel_l2`` (GIFT's whole-model error).
@@ -156,6 +158,7 @@ class _Schedules:
         self.ema_out = {k: CovarianceEMA(s.ema, "step") for k in schedules}
         self.version = {k: 0 for k in schedules}
         self._cache: dict = {}
+        self._prev_basis: dict = {}  # (schedule, layer, side, rank) -> the last subspace refresh's basis
 
     def _dims(self, n: str) -> list[int]:
         dims = []
@@ -205,17 +208,29 @@ class _Schedules:
                 acc.clear()
                 self.version[k] += 1
 
-    def transform(self, k: str, layer: str, rank: int):
-        """The hook's transform of ``layer`` under schedule ``k`` with ``rank`` eigenpairs (None before a refresh)."""
-        key = (k, layer, self.version[k])
+    def transform(self, k: str, layer: str, rank: int, eigensolver: str = "eigh"):
+        """The hook's transform of ``layer`` under schedule ``k`` with ``rank`` eigenpairs (None before a refresh);
+        ``eigensolver="subspace"`` warm-starts from the previous refresh's basis, as the hook does."""
+        key = (k, layer, self.version[k], eigensolver)
         if key not in self._cache:
             cov = self.ema_in[k].cov.get(layer)
             if cov is None:
                 return None
-            right = Whitening.from_covariance_ranks(cov, self.ranks, self.s.damping)
+            def build(c, side):
+                if eigensolver == "eigh":
+                    return Whitening.from_covariance_ranks(c, self.ranks, self.s.damping)
+                ws = {}  # one subspace per rank, r + oversample columns, as the hook builds it
+                for r in self.ranks:
+                    init = self._prev_basis.get((k, layer, side, r))
+                    ws[r] = Whitening.from_covariance(c, r, self.s.damping, eigensolver=eigensolver, init=init)
+                    self._prev_basis[(k, layer, side, r)] = ws[r].basis
+                return ws
+
+            right = build(cov, "right")
             out = self.ema_out[k].cov.get(layer)
-            left = Whitening.from_covariance_ranks(out, self.ranks, self.s.damping) if out is not None else None
-            self._cache = {kk: v for kk, v in self._cache.items() if kk[:2] != key[:2]}  # older versions
+            left = build(out, "left") if out is not None else None
+            # older versions of this (schedule, layer, eigensolver)
+            self._cache = {kk: v for kk, v in self._cache.items() if (kk[:2], kk[3]) != (key[:2], key[3])}
             self._cache[key] = {r: right[r] if left is None else KroneckerWhitening(right[r], left[r]) for r in self.ranks}
         return self._cache[key][rank]
 
@@ -245,8 +260,10 @@ def _around(s: BytesSettings, main: tuple[int, int, int]) -> dict[str, tuple[int
     return {f"r{r}_p{p}_w{w}": (r, p, w) for r, p, w in sorted(cfgs)}
 
 
-def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: int, fp8, bf16, *, profile: bool) -> dict:
-    """Per capture step: per layer Euclidean / GIFT squared errors and references, per config."""
+def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: int, fp8, bf16, *, profile: bool,
+             subspace: tuple[str, ...] = ()) -> dict:
+    """Per capture step: per layer Euclidean / GIFT squared errors and references, per config (and, for the
+    configs in ``subspace``, under ``"<config>+subspace"`` with factors by subspace iteration)."""
     caps = []
     for step in study:
         if not (step == 1 or step % capture_every == 0):
@@ -260,9 +277,11 @@ def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: 
             g = x[:, :-1] if bias else x
             row["upper"], row["lower"] = saturation_rates(fp8, fp8.encode(g), g)
             for name, (r, p, w) in configs.items():
-                wh = study.transform(f"p{p}_w{w}", n, r)
-                if wh is not None:
-                    row["gift"][name] = _sq(wh.unwhiten(_split_rt(fp8, wh.whiten(x), bias)) - x)
+                for solver in ("eigh", "subspace") if name in subspace else ("eigh",):
+                    wh = study.transform(f"p{p}_w{w}", n, r, solver)
+                    if wh is not None:
+                        key = name if solver == "eigh" else f"{name}+subspace"
+                        row["gift"][key] = _sq(wh.unwhiten(_split_rt(fp8, wh.whiten(x), bias)) - x)
             cap["layers"][n] = row
         for n, g in study.other_params().items():
             cap["other"][n] = {"ref": _sq(g), "fp8": _sq(fp8.decode(fp8.encode(g), g.numel()).view(g.shape) - g),
@@ -358,9 +377,9 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     configs = _around(s, configs[main])
     schedules = {f"p{p}_w{w}": RefreshSchedule(p, w) for _, p, w in configs.values()}
     study = _Schedules(corpus, s, s.seed, s.train_steps, schedules, s.ranks)
-    caps = _measure(study, s, configs, s.capture_every, fp8, bf16, profile=False)["captures"]
+    caps = _measure(study, s, configs, s.capture_every, fp8, bf16, profile=False, subspace=(main,))["captures"]
 
-    def row(cfg: str, selection: str) -> dict:
+    def row(cfg: str, selection: str, eigensolver: str = "eigh") -> dict:
         r, p, w = configs[cfg]
         chosen = selections[cfg][selection]
         refreshes = RefreshSchedule(p, w).count(s.train_steps)
@@ -369,8 +388,8 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
         return {"n_eigenpairs": r, "refresh_every": p, "refresh_warmup": w, "selection": selection,
                 "selected": list(chosen), "n_selected": len(chosen), "refreshes": refreshes,
                 "side_bytes_per_refresh": side, "side_bytes_per_step": side_per_step,
-                "bytes_fraction": (fp8_bytes + side_per_step) / fp32_bytes,
-                **_row_errors(caps, cfg, set(chosen))}
+                "bytes_fraction": (fp8_bytes + side_per_step) / fp32_bytes, "eigensolver": eigensolver,
+                **_row_errors(caps, cfg if eigensolver == "eigh" else f"{cfg}+{eigensolver}", set(chosen))}
 
     mr, mp, mw = configs[main]
     rows = []
@@ -380,6 +399,8 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
             rows.append({**row(cfg, "budget"), "varied": vary[0] if vary else "main"})
     for selection in ("all", "gain_threshold", "saturation_top25"):
         rows.append({**row(main, selection), "varied": "selection"})
+    # the main configuration with its factors by warm-started subspace iteration (the hook's eigensolver="subspace")
+    rows.append({**row(main, "budget", "subspace"), "varied": "eigensolver"})
 
     def ref_errors(kind: str) -> float:
         ratios = []

@@ -81,7 +81,7 @@ class TimeSettings:
         "scape90": (0.012, {"sparsity": 0.9, "explore": 1.0, "mask_sync": "local", "betas": (0.5, 0.95)}),
         "scape99": (0.032, {"sparsity": 0.99, "explore": 0.2, "mask_sync": "local", "betas": (0.5, 0.95)}),
     })
-    methods: tuple[str, ...] = ("fp32", "bf16", "fp8", "gift_fp8", "scape90", "scape99")
+    methods: tuple[str, ...] = ("fp32", "bf16", "fp8", "gift_fp8", "gift_fp8_subspace", "scape90", "scape99")
     profile_steps: int = 40
     quick: bool = False
 
@@ -199,6 +199,8 @@ def _method_spec(s: TimeSettings, method: str, gift: dict) -> dict:
         return {**dense, "comm": method}
     if method == "gift_fp8":
         return {**dense, "comm": "gift_fp8", "comm_kwargs": gift}
+    if method == "gift_fp8_subspace":  # the same GIFT, its factors by warm-started subspace iteration
+        return {**dense, "comm": "gift_fp8", "comm_kwargs": {**gift, "eigensolver": "subspace"}}
     lr, kw = s.scape[method]
     return {"lr": lr, "optimizer": "scape", "optimizer_kwargs": dict(kw)}
 
@@ -328,18 +330,21 @@ def profile_gift(s: TimeSettings) -> dict:
         budget.update(layers=["head"], n_eigenpairs=4, refresh_every=2, refresh_warmup=1)
     out = {}
     for name, (hook_name, kw) in {"fp8": ("fp8", {}), "gift_committed": ("gift_fp8", committed),
-                                  "gift_bytes_goal": ("gift_fp8", budget)}.items():
+                                  "gift_bytes_goal": ("gift_fp8", budget),
+                                  "gift_bytes_goal_subspace": ("gift_fp8", {**budget, "eigensolver": "subspace"})}.items():
         torch.manual_seed(0)
         model = GPT(cfg)
         state, hook = get_hook(hook_name, model=model, **kw)
         sampler = BatchSampler(len(corpus.train_tokens), cfg.block_size, s.batch_size, 1, 0)
         params = list(model.parameters())[::-1]  # DDP buckets hold parameters in reverse order
-        times = []
+        times, fwd_bwd = [], []
         prof = cProfile.Profile()
         for i in tqdm(range(s.profile_steps), desc=f"profile {name}", unit="step", leave=False):
             x, y = sampler.batch(corpus.train_tokens, i, 0)
             model.zero_grad(set_to_none=True)
+            t1 = time.perf_counter()  # forward + backward: GIFT's covariance collection runs in their hooks
             model(x, y)[1].backward()
+            fwd_bwd.append(time.perf_counter() - t1)
             bucket = FlatBucket(params)
             prof.enable()
             t1 = time.perf_counter()
@@ -350,13 +355,16 @@ def profile_gift(s: TimeSettings) -> dict:
         top = sorted(((f"{k[0].rsplit('/', 1)[-1]}:{k[1]}({k[2]})", v[3]) for k, v in st.stats.items()),
                      key=lambda kv: -kv[1])[:12]
         out[name] = {"hook_s_per_step_median": statistics.median(times), "hook_s_per_step_mean": statistics.fmean(times),
+                     "fwd_bwd_s_per_step_median": statistics.median(fwd_bwd), "fwd_bwd_s_per_step_mean": statistics.fmean(fwd_bwd),
                      "top_cumulative_s": dict(top), "kwargs": {k: v for k, v in kw.items()}}
         if hasattr(state, "close"):
             state.close()
-    for name in ("gift_committed", "gift_bytes_goal"):
+    for name in ("gift_committed", "gift_bytes_goal", "gift_bytes_goal_subspace"):
         out[name]["mean_vs_fp8"] = out[name]["hook_s_per_step_mean"] / out["fp8"]["hook_s_per_step_mean"]
+        out[name]["fwd_bwd_mean_vs_fp8"] = out[name]["fwd_bwd_s_per_step_mean"] / out["fp8"]["fwd_bwd_s_per_step_mean"]
     out["steps"] = s.profile_steps
     out["note"] = ("one process (a world of one: no collective), the hook called on one bucket of every gradient; "
-                   "seconds include GIFT's refreshes (eigendecompositions) on refresh steps")
+                   "seconds include GIFT's refreshes (eigendecompositions) on refresh steps; fwd_bwd_* time the "
+                   "forward and backward before the hook, where GIFT's covariance collection runs")
     return out
 

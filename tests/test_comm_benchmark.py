@@ -48,6 +48,11 @@ def test_bytes_curve_rows_and_part_merge(result, tmp_path):
         if not row["selected"]:
             assert row["bytes_fraction"] == b["references"]["fp8_e4m3"]["bytes_fraction"] and row["rel_l2_ratio_vs_fp8"] == 1.0
     assert b["references"]["bf16"]["bytes_fraction"] == 0.5
+    # the main configuration again with its factors by subspace iteration: same layers, same bytes
+    sub = [r for r in b["rows"] if r["varied"] == "eigensolver"]
+    main = next(r for r in b["rows"] if r["varied"] == "main")
+    assert [r["eigensolver"] for r in sub] == ["subspace"] and main["eigensolver"] == "eigh"
+    assert sub[0]["selected"] == main["selected"] and sub[0]["bytes_fraction"] == main["bytes_fraction"]
     # one part re-run alone is merged: the other parts' keys and goals stay
     out = tmp_path / "comm.json"
     out.write_text(json.dumps(result))
@@ -203,8 +208,23 @@ def test_committed_bytes_curve_follows_the_hooks_byte_accounting_and_its_goals()
     assert {r["selection"] for r in b["rows"] if r["varied"] == "selection"} == {"all", "gain_threshold", "saturation_top25"}
     main = b["main"]
     assert 0 < main["n_selected"] < len(dims)  # the rule selects: not every layer
+    # the subspace eigensolver (the hook's eigensolver="subspace") gives the main configuration's codec error
+    sub = next(r for r in b["rows"] if r["varied"] == "eigensolver")
+    assert sub["eigensolver"] == "subspace" and sub["selected"] == main["selected"]
+    assert sub["rel_l2_ratio_vs_fp8_selected"] == pytest.approx(main["rel_l2_ratio_vs_fp8_selected"], rel=0.05)
+    assert sub["rel_l2_ratio_vs_fp8"] == pytest.approx(main["rel_l2_ratio_vs_fp8"], rel=0.05)
     g = b["goals"]
     assert g["gift_bytes_goal_bytes_le_0.27"]["met"] == (main["bytes_fraction"] <= 0.27)
     assert g["gift_bytes_goal_selected_2x"]["met"] == (main["rel_l2_ratio_vs_fp8_selected"] >= 2.0)
     assert g["gift_bytes_goal_whole_1.5x"]["met"] == (main["rel_l2_ratio_vs_fp8"] >= 1.5)
     assert b["references"]["bf16"]["bytes_fraction"] == 0.5 and b["references"]["bf16"]["rel_l2_ratio_vs_fp8"] > 10
+
+
+def test_time_profile_part_replaces_only_the_profile(tmp_path):
+    out = tmp_path / "comm.json"
+    old = {"benchmark": "comm", "time": {"0.75": {"fp32": {"step_s": 0.27}}},
+           "time_detail": {"profile": {"fp8": 1}, "runs": {"0.75": {"x": 1}}, "calibration": {"t": 2}}, "goals": {}}
+    out.write_text(json.dumps(old))
+    merged = comm.merge_part(out, {"benchmark": "comm", "time_detail": {"profile": {"fp8": 2}}, "goals": {}}, "time_profile")
+    assert merged["time"] == old["time"]
+    assert merged["time_detail"] == {"profile": {"fp8": 2}, "runs": {"0.75": {"x": 1}}, "calibration": {"t": 2}}

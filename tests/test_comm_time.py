@@ -39,3 +39,13 @@ def test_skipped_with_the_reason_where_namespaces_cannot_be_made(monkeypatch):
     assert detail["skipped"] == "shaped-link runs skipped: network namespaces need root (CAP_NET_ADMIN)"
     prof = detail["profile"]  # the profile needs no namespaces: it ran
     assert prof["fp8"]["hook_s_per_step_median"] > 0 and prof["gift_committed"]["mean_vs_fp8"] > 0
+    assert prof["gift_bytes_goal_subspace"]["kwargs"]["eigensolver"] == "subspace"
+    assert "eigensolver" not in prof["gift_bytes_goal"]["kwargs"]  # the A/B pair differs in the eigensolver only
+
+
+def test_gift_subspace_method_is_the_bytes_goal_gift_with_subspace_factors():
+    gift = comm_time.gift_kwargs()
+    a = comm_time._method_spec(comm_time.FULL_TIME, "gift_fp8", gift)
+    b = comm_time._method_spec(comm_time.FULL_TIME, "gift_fp8_subspace", gift)
+    assert b["comm_kwargs"] == {**a["comm_kwargs"], "eigensolver": "subspace"} and b["lr"] == a["lr"]
+    assert "gift_fp8_subspace" in comm_time.FULL_TIME.methods

@@ -78,6 +78,60 @@ def test_ranks_from_one_eigendecomposition_equal_from_covariance_bit_for_bit():
     assert torch.allclose(many[8].unwhiten(many[8].whiten(g)), g, atol=1e-5)  # low rank: still exact inverses
 
 
+def _known_spectrum(d: int, lam: torch.Tensor, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    q = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)).Q
+    return (q * lam) @ q.T, q
+
+
+def test_subspace_eigensolver_recovers_a_known_spectrum_and_the_residual_exactly():
+    d = 120
+    lam = torch.cat([torch.tensor([64.0, 32, 16, 8, 4, 2], dtype=torch.float64), torch.full((d - 6,), 0.01, dtype=torch.float64)])
+    cov, q = _known_spectrum(d, lam)
+    exact = Whitening.from_covariance(cov, 6, damping=0.0)
+    got = Whitening.from_covariance(cov, 6, damping=0.0, eigensolver="subspace", iters=4)
+    # gap 2 / 0.01: four power iterations leave the eigenvalues exact to float32
+    assert torch.allclose(got.eigenvalues, lam[:6].float(), rtol=1e-6)
+    assert torch.allclose(got.eigenvalues, exact.eigenvalues, rtol=1e-6)
+    # the same subspace: the singular values of U_got^T U_true are all 1
+    sv = torch.linalg.svdvals(got.basis.double().T @ q[:, :6])
+    assert torch.allclose(sv, torch.ones(6, dtype=torch.float64), atol=1e-6)
+    # c, the mean discarded eigenvalue, from the trace: 0.01 (eigh's mean of the discarded ones agrees)
+    assert got.residual == pytest.approx(0.01, rel=1e-6) and exact.residual == pytest.approx(0.01, rel=1e-6)
+    g = torch.randn(7, d, generator=torch.Generator().manual_seed(2))
+    assert torch.allclose(got.whiten(g), exact.whiten(g), rtol=1e-3, atol=1e-3)
+    # deterministic: the same call gives the same bits
+    again = Whitening.from_covariance(cov, 6, damping=0.0, eigensolver="subspace", iters=4)
+    assert torch.equal(again.to_flat(), got.to_flat())
+
+
+def test_subspace_warm_start_and_fallback():
+    d = 80
+    lam = torch.logspace(1, -3, d, dtype=torch.float64)  # no gap: a cold start with 0 iterations is poor
+    cov, q = _known_spectrum(d, lam, seed=1)
+    cold = Whitening.from_covariance(cov, 4, damping=0.0, eigensolver="subspace", iters=0)
+    warm = Whitening.from_covariance(cov, 4, damping=0.0, eigensolver="subspace", iters=0, init=q[:, :12].float())
+    # Rayleigh-Ritz on a subspace holding the top eigenvectors is exact (to the float32 init)
+    assert torch.allclose(warm.eigenvalues, lam[:4].float(), rtol=1e-5)
+    assert float((cold.eigenvalues - lam[:4].float()).abs().max()) > 10 * float((warm.eigenvalues - lam[:4].float()).abs().max())
+    # r + oversample >= d / 2, or residual="diag": eigh itself, bit for bit
+    small = Whitening.from_covariance(cov, 40, damping=0.1, eigensolver="subspace")
+    assert torch.equal(small.to_flat(), Whitening.from_covariance(cov, 40, damping=0.1).to_flat())
+    diag = Whitening.from_covariance(cov, 4, damping=0.1, residual="diag", eigensolver="subspace")
+    assert torch.equal(diag.to_flat(), Whitening.from_covariance(cov, 4, damping=0.1, residual="diag").to_flat())
+    with pytest.raises(GiftError, match="eigensolver"):
+        Whitening.from_covariance(cov, 4, eigensolver="lanczos")
+    with pytest.raises(GiftError, match="iters"):
+        Whitening.from_covariance(cov, 4, eigensolver="subspace", iters=-1)
+    with pytest.raises(GiftError, match="init"):
+        Whitening.from_covariance(cov, 4, eigensolver="subspace", init=torch.zeros(79, 4))
+    from lab.training.comm import GiftConfig
+
+    with pytest.raises(GiftError, match="eigensolver") as e:
+        GiftConfig.build(eigensolver="lanczos")
+    assert e.value.field == "eigensolver"
+    assert GiftConfig.build(eigensolver="subspace", subspace_iters=2).subspace_iters == 2
+
+
 def test_bf16_codec():
     c = get_codec("bf16")
     x = torch.randn(1001) * torch.logspace(-20, 20, 1001)  # no scale needed: float32's range
@@ -102,7 +156,10 @@ _GIFT = dict(n_eigenpairs=4, damping=0.1, ema=0.5, refresh_every=3, refresh_warm
 
 def _worker(rank: int, world: int, outdir: str) -> None:
     out = {}
-    for run, (hook_name, kw) in {"gift": ("gift_fp8", _GIFT), "bf16": ("bf16", {})}.items():
+    # gift_subspace: every rank builds its own factors (no broadcast) by warm-started subspace iteration
+    subspace = {**_GIFT, "statistics": "all_reduce", "broadcast_factors": False, "eigensolver": "subspace"}
+    for run, (hook_name, kw) in {"gift": ("gift_fp8", _GIFT), "bf16": ("bf16", {}),
+                                 "gift_subspace": ("gift_fp8", subspace)}.items():
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16))
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
@@ -119,7 +176,8 @@ def _worker(rank: int, world: int, outdir: str) -> None:
                     "records": [r.as_dict() for r in state.history],
                     "whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "whitening", {}).items()},
                     "out_whitening": {k: (w.dim, w.rank) for k, w in getattr(state, "out_whitening", {}).items()},
-                    "factor_bits": [w.to_flat() for w in getattr(state, "whitening", {}).values()]}
+                    "factor_bits": [w.to_flat() for w in getattr(state, "whitening", {}).values()],
+                    "out_factor_bits": [w.to_flat() for w in getattr(state, "out_whitening", {}).values()]}
     torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
 
 
@@ -127,11 +185,13 @@ def _worker(rank: int, world: int, outdir: str) -> None:
 def test_two_rank_gift_low_rank_factors_bit_identical_replicas_and_exact_side_bytes(tmp_path):
     run_ranks(_worker, 2, tmp_path)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
-    for run in ("gift", "bf16"):
+    for run in ("gift", "bf16", "gift_subspace"):
         for a, b in zip(r0[run]["params"], r1[run]["params"]):
             assert torch.equal(a, b), run  # replicas bit-identical
-    for a, b in zip(r0["gift"]["factor_bits"], r1["gift"]["factor_bits"]):
-        assert torch.equal(a, b)  # rank 0's factors, broadcast: the same bits on both ranks
+    for run in ("gift", "gift_subspace"):  # rank 0's factors broadcast, or each rank's own: the same bits
+        for a, b in zip(r0[run]["factor_bits"] + r0[run]["out_factor_bits"], r1[run]["factor_bits"] + r1[run]["out_factor_bits"]):
+            assert torch.equal(a, b), run
+    assert r0["gift_subspace"]["out_whitening"] == {"head": (20, 4), "blocks.0.mlp.fc": (64, 4)}
     # low rank for real: 4 eigenpairs of factors of size 16 (head, no bias), 17 (fc: 16 inputs + bias),
     # 16 (tok_emb's stream); output sides 20 (the head's vocabulary) and 64 (fc's outputs)
     assert r0["gift"]["whitening"] == {"head": (16, 4), "blocks.0.mlp.fc": (17, 4), "tok_emb": (16, 4)}

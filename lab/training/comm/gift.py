@@ -137,6 +137,8 @@ __all__ = [
 
 #: Residual models of the discarded eigenvalues (see the module docstring).
 RESIDUALS = ("scalar", "diag")
+#: Eigensolvers of :meth:`Whitening.from_covariance`: the full ``eigh``, or subspace iteration for the top ``r``.
+EIGENSOLVERS = ("eigh", "subspace")
 #: Layer-selection scores of :class:`LayerSelector`.
 SELECT_BY = ("saturation", "error", "gain")
 
@@ -193,7 +195,9 @@ class Whitening:
         return cls(torch.zeros(dim, 0, device=device), torch.zeros(0, device=device), 1.0)
 
     @classmethod
-    def from_covariance(cls, cov: Tensor, rank: int = 32, damping: float = 1e-3, residual: str = "scalar") -> Whitening:
+    def from_covariance(cls, cov: Tensor, rank: int = 32, damping: float = 1e-3, residual: str = "scalar", *,
+                        eigensolver: str = "eigh", init: Tensor | None = None, iters: int = 4,
+                        oversample: int = 8) -> Whitening:
         """Damp, eigendecompose (float64) and truncate an input covariance.
 
         Parameters
@@ -208,6 +212,22 @@ class Whitening:
         residual : {"scalar", "diag"}
             ``"scalar"``: discarded eigenvalues replaced by their mean ``c`` (module docstring).
             ``"diag"``: the artifact's low-rank + diagonal ``A_hat``, then its exact powers.
+        eigensolver : {"eigh", "subspace"}
+            ``"eigh"``: every eigenpair of ``A_d`` (``O(d^3)``). ``"subspace"``: only the top ``r``, by
+            randomized subspace iteration (Halko, Martinsson, Tropp, SIAM Review 53(2), 2011, Alg. 4.4:
+            ``Q = qr(A_d Omega)``, then ``iters`` times ``Q = qr(A_d Q)``, then Rayleigh-Ritz on
+            ``Q^T A_d Q``) with ``r + oversample`` columns, ``O(d^2 (r + p) iters)``; the residual
+            ``c = (tr A_d - sum_i lam_i) / (d - r)`` is the mean of the discarded eigenvalues, as with
+            ``eigh``. It falls back to ``eigh`` for ``residual="diag"`` or when ``r + oversample >= d / 2``
+            (no saving). Deterministic: ``Omega`` comes from a generator seeded with 0, so every rank
+            building from the same covariance gets the same factors.
+        init : Tensor, optional
+            ``(d, j)``: a warm start for ``"subspace"`` (e.g. the previous refresh's :attr:`basis`), which
+            takes the first ``min(j, r + oversample)`` columns of ``Omega``; ignored by ``"eigh"``.
+        iters : int
+            ``>= 0``: power iterations of ``"subspace"``.
+        oversample : int
+            ``>= 0``: extra columns of ``"subspace"``.
 
         Returns
         -------
@@ -217,14 +237,18 @@ class Whitening:
         Raises
         ------
         GiftError
-            ``cov`` not square 2-D or not finite; bad ``rank``, ``damping`` or ``residual``.
+            ``cov`` not square 2-D or not finite; bad ``rank``, ``damping``, ``residual``, ``eigensolver``,
+            ``iters``, ``oversample`` or an ``init`` of another dimension.
         """
-        return cls.from_covariance_ranks(cov, (rank,), damping, residual)[rank]
+        return cls.from_covariance_ranks(cov, (rank,), damping, residual, eigensolver=eigensolver, init=init,
+                                         iters=iters, oversample=oversample)[rank]
 
     @classmethod
     def from_covariance_ranks(cls, cov: Tensor, ranks: Iterable[int], damping: float = 1e-3,
-                              residual: str = "scalar") -> dict[int, Whitening]:
-        """:meth:`from_covariance` for several ranks from one eigendecomposition (same results bit for bit).
+                              residual: str = "scalar", *, eigensolver: str = "eigh", init: Tensor | None = None,
+                              iters: int = 4, oversample: int = 8) -> dict[int, Whitening]:
+        """:meth:`from_covariance` for several ranks from one eigendecomposition (same results bit for bit;
+        with ``"subspace"`` one subspace of ``max(ranks) + oversample`` columns serves every rank).
 
         Raises
         ------
@@ -240,6 +264,13 @@ class Whitening:
             raise GiftError(f"damping must be a finite float >= 0, got {damping!r}")
         if residual not in RESIDUALS:
             raise GiftError(f"residual must be one of {RESIDUALS}, got {residual!r}")
+        if eigensolver not in EIGENSOLVERS:
+            raise GiftError(f"eigensolver must be one of {EIGENSOLVERS}, got {eigensolver!r}")
+        for what, v in (("iters", iters), ("oversample", oversample)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise GiftError(f"{what} must be an int >= 0, got {v!r}")
+        if init is not None and (not isinstance(init, Tensor) or init.dim() != 2 or init.shape[0] != cov.shape[0]):
+            raise GiftError(f"init must be a ({cov.shape[0]}, j) basis, got {getattr(init, 'shape', type(init))}")
         a = cov.detach().to(torch.float64)
         if not bool(torch.isfinite(a).all()):
             raise GiftError("covariance has non-finite entries")
@@ -250,6 +281,9 @@ class Whitening:
             return {r: cls.identity(d, device=cov.device) for r in ranks}
         delta = damping * mean_diag
         a = a + delta * torch.eye(d, dtype=torch.float64, device=a.device)
+        m = max(ranks) + oversample
+        if eigensolver == "subspace" and residual == "scalar" and 2 * m < d:
+            return cls._top_eigenpairs(a, ranks, m, delta, init, iters)
         lam0, vec0 = torch.linalg.eigh(a)
         lam0, vec0 = lam0.flip(0), vec0.flip(1)
         floor = max(delta, 1e-12 * float(lam0[0].clamp_min(0)), 1e-300)
@@ -266,6 +300,31 @@ class Whitening:
                 k = d
             c = float(lam[k:].mean()) if k < d else 1.0
             out[rank] = cls(vec[:, :k], lam[:k], c)
+        return out
+
+    @classmethod
+    def _top_eigenpairs(cls, a: Tensor, ranks: tuple[int, ...], m: int, delta: float, init: Tensor | None,
+                        iters: int) -> dict[int, Whitening]:
+        """Randomized subspace iteration on the damped float64 ``a`` (``(d, d)``, ``m < d / 2`` columns)."""
+        d = a.shape[0]
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        omega = torch.randn(d, m, dtype=torch.float64, generator=gen).to(a.device)
+        if init is not None and init.shape[1]:
+            j = min(init.shape[1], m)
+            omega[:, :j] = init[:, :j].to(torch.float64)
+        q = torch.linalg.qr(a @ omega).Q
+        for _ in range(iters):
+            q = torch.linalg.qr(a @ q).Q
+        lam_q, vec_q = torch.linalg.eigh(q.T @ a @ q)  # Rayleigh-Ritz
+        lam0, vec0 = lam_q.flip(0), q @ vec_q.flip(1)
+        floor = max(delta, 1e-12 * float(lam0[0].clamp_min(0)), 1e-300)
+        lam0 = lam0.clamp_min(floor)
+        trace = float(a.diagonal().sum())
+        out = {}
+        for rank in ranks:
+            k = min(rank, m)
+            c = max((trace - float(lam0[:k].sum())) / (d - k), floor)
+            out[rank] = cls(vec0[:, :k], lam0[:k], c)
         return out
 
     @classmethod
@@ -1086,13 +1145,15 @@ class GiftConfig(BaseModel):
     rebase_error_feedback: bool = True
     broadcast_factors: bool = True
     statistics: str = "all_reduce"
+    eigensolver: str = "eigh"
+    subspace_iters: int = 4
 
     @field_validator("n_eigenpairs", "refresh_every", "output_side_max", mode="before")
     @classmethod
     def _positive_int(cls, v: object) -> object:
         return _int_at_least("", 1, v)
 
-    @field_validator("refresh_warmup", mode="before")
+    @field_validator("refresh_warmup", "subspace_iters", mode="before")
     @classmethod
     def _non_negative_int(cls, v: object) -> object:
         return _int_at_least("", 0, v)
@@ -1176,6 +1237,7 @@ class GiftConfig(BaseModel):
     _track = field_validator("track", mode="before")(lambda v: _choice(("all", "selected"), v))
     _collect = field_validator("collect", mode="before")(lambda v: _choice(("refresh", "every"), v))
     _statistics = field_validator("statistics", mode="before")(lambda v: _choice(("all_reduce", "rank0"), v))
+    _eigensolver = field_validator("eigensolver", mode="before")(lambda v: _choice(EIGENSOLVERS, v))
 
     @model_validator(mode="after")
     def _consistent(self) -> GiftConfig:

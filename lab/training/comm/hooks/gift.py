@@ -171,6 +171,12 @@ class GiftHookState(CodecHookState):
         extension: no all-reduce, rank 0 builds the factors and broadcasts them after a header of
         ``4`` bytes per factor with their ranks; the other ranks' sums are dropped). A covariance
         estimated on one rank's share of the batch is noisier; the side bytes drop to the broadcast.
+    eigensolver : {"eigh", "subspace"}
+        How a refresh builds a factor's top eigenpairs (:meth:`Whitening.from_covariance`): the full
+        ``eigh`` (default), or randomized subspace iteration warm-started from the factor's previous
+        basis (``subspace_iters`` power iterations; an extension that cuts the refresh's ``O(d^3)``).
+    subspace_iters : int
+        Power iterations of ``eigensolver="subspace"`` (default 4).
     nonfinite, process_group, measure_error, history
         See :class:`CodecHookState`.
 
@@ -231,6 +237,7 @@ class GiftHookState(CodecHookState):
         self.residual, self.track, self.collect, self.ema_per = cfg.residual, cfg.track, cfg.collect, cfg.ema_per
         self.rebase_error_feedback, self.broadcast_factors = cfg.rebase_error_feedback, cfg.broadcast_factors
         self.statistics = cfg.statistics
+        self.eigensolver, self.subspace_iters = cfg.eigensolver, cfg.subspace_iters
         self.gift_error_feedback = ErrorFeedback() if cfg.error_feedback else None
 
         # candidates: named nn.Linear layers (a weight shared by several modules is one layer), then
@@ -479,7 +486,10 @@ class GiftHookState(CodecHookState):
                     continue
                 is_left = left and name in self.output_side
                 cov = (self._ema_out if is_left else self._ema_in).update(name, s.to(torch.float64) / n, self.step)
-                fresh[name] = Whitening.from_covariance(cov, self.n_eigenpairs, self.damping, self.residual)
+                prev = (self.out_whitening if is_left else self.whitening).get(name)
+                fresh[name] = Whitening.from_covariance(
+                    cov, self.n_eigenpairs, self.damping, self.residual, eigensolver=self.eigensolver,
+                    init=prev.basis if prev is not None else None, iters=self.subspace_iters)
         except Exception:
             if local:  # the other ranks wait for rank 0's header: tell them it failed, then raise here
                 failed = torch.full((len(names),), -2.0, dtype=torch.float32, device=self.device)
