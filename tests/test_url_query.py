@@ -169,7 +169,9 @@ def test_every_dashboard_reads_its_parameters_from_the_url(kernel):
         nb = nbformat.read(DASHBOARDS / name, as_version=4)
         outputs = _run(kernel, nb, query)
         assert not [o for o in outputs if o.output_type == "error"], (name, outputs)
-        lines = [line for o in outputs for line in o.get("text", "").splitlines() if line.startswith("QUERY ")]
+        # stdout may arrive in several stream outputs that split a line ("QUERY" then " {...}"): join them first
+        stdout = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.get("name") == "stdout")
+        lines = [line for line in stdout.splitlines() if line.startswith("QUERY ")]
         assert len(lines) == 1, (name, outputs)
         got = json.loads(lines[0][6:])
         assert {k: got[k] for k in expected} == expected, (name, got)
