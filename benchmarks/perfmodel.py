@@ -43,8 +43,7 @@ from benchmarks._common import write
 from lab.training.perfmodel import PerfConfig
 from lab.training.perfmodel.comm import DEFAULT_SIZES, CommModel, measure_collectives
 from lab.training.perfmodel.operators import decompose
-from lab.training.perfmodel.predict import (Calibration, LearnedPredictor, local_hardware, one_rank_per_host,
-                                            single_tier, tp_allreduce_s)
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, local_hardware, placement_of, tp_allreduce_s
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
@@ -251,7 +250,7 @@ def part_report(paths, out: Path, seeds: int) -> dict:
     for run in runs_d["runs"]:
         cfg = PerfConfig.model_validate(run["config"])
         tier = run["tier"]
-        placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
+        placement = placement_of(tier)
         preds = [LearnedPredictor(m, comm, c).predict(cfg, placement) for m, c in zip(models, cals)]
         bare = LearnedPredictor(models[0], comm).predict(cfg, placement)
         base = LearnedPredictor(models[0].linear_base_only(), comm).predict(cfg, placement)

@@ -23,7 +23,7 @@ from lab.training.perfmodel.compose import StepPrediction
 from lab.training.errors import ExplorerError
 from lab.training.perfmodel.config import PerfConfig
 from lab.training.perfmodel.hardware import available_hardware, load_hardware
-from lab.training.perfmodel.predict import Calibration, LearnedPredictor, one_rank_per_host, single_tier
+from lab.training.perfmodel.predict import Calibration, LearnedPredictor, placement_of
 from lab.training.perfmodel.regress import fit_primitives
 from lab.training.perfmodel.roofline import Roofline
 
@@ -245,7 +245,7 @@ class Explorer:
         if hardware == "local":
             if tier not in TIERS:
                 raise ExplorerError(f"tier={tier!r}: one of {', '.join(TIERS)}")
-            placement = single_tier("loopback") if tier == "loopback" else one_rank_per_host()
+            placement = placement_of(tier)
             pred = self.learned.predict(config, placement, schedule=schedule)
             measured = self.measured(config, tier) if schedule == "1f1b" or config.pp == 1 else None
             return ExplorerResult(config, hardware, "learned", pred, measured)

@@ -48,7 +48,7 @@ from lab.training.perfmodel.profile import features_of
 from lab.training.perfmodel.regress import PrimitiveModel
 
 __all__ = ["Calibration", "LearnedPredictor", "Placement", "compute_calls", "local_hardware", "one_rank_per_host",
-           "single_tier", "tp_allreduce_s", "tp_calls"]
+           "placement_of", "single_tier", "tp_allreduce_s", "tp_calls"]
 
 #: ``placement(op) -> tier`` of a collective operator.
 Placement = Callable[[Operator], str]
@@ -63,6 +63,12 @@ def one_rank_per_host(fast: str = "fast", slow: str = "slow") -> Placement:
     """Ranks ``r`` on host ``r`` (a :class:`lab.training.netns.ShapedNetwork` with one rank per host): any
     group of two or more ranks crosses the slow tier."""
     return lambda op: slow if op.group_size > 1 else fast
+
+
+def placement_of(tier: str) -> Placement:
+    """The placement of a run measured on ``tier``: every rank on loopback (``"loopback"``), or one rank per
+    host of a :class:`lab.training.netns.ShapedNetwork`, every group crossing ``tier`` (``"slow"``)."""
+    return single_tier("loopback") if tier == "loopback" else one_rank_per_host(slow=tier)
 
 
 #: The measured components a calibration compares, and the keys each one gives: the compute directions
@@ -135,9 +141,6 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
 _WAITS = ("tp_wait_s", "pp_send_s")
 
 
-def _placement_of(tier: str) -> Placement:
-    """A calibration run's placement: every rank on loopback, or one rank per host across ``tier``."""
-    return single_tier("loopback") if tier == "loopback" else one_rank_per_host(slow=tier)
 
 
 def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
@@ -148,7 +151,7 @@ def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, m
     when none inside reaches it. This is the step's whole residual after the calibration so far (waits for
     the other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
     w = cfg.dp * cfg.tp * cfg.pp
-    placement = _placement_of(tier)
+    placement = placement_of(tier)
 
     def step(k: float) -> float:
         f = {ww: dict(v) for ww, v in cal.factors.items()}
