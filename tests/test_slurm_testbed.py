@@ -245,7 +245,9 @@ def test_saturated_site_queues_and_estimates(alpha, beta, outdir):
         idle_est = alpha.estimated_start(JobSpec(command="true", walltime_s=60))
         assert idle_est is not None and abs(idle_est - now) < 5  # alpha is idle: now (second resolution)
     finally:
-        for j in ids:
+        # the pending job first: cancelling the running one frees the CPU, and the
+        # scheduler may start the pending one before a second scancel reaches it
+        for j in reversed(ids):
             beta.cancel(j)
     states = [wait_for(beta, j, timeout=10) for j in ids]
     assert [s.state for s in states] == [JobState.CANCELLED] * 2

@@ -348,6 +348,126 @@ def test_scape_state_dict_round_trip_keeps_mask_and_coverage():
         SCAPE(copy.deepcopy(model).parameters(), sparsity=0.5).load_state_dict(opt.state_dict())
 
 
+def _momentum_corrected_reference(grads, *, lr, beta1, beta2, eps, wd, k, masking, bias_correction):
+    """DGC momentum correction on AdamS, coordinate by coordinate in plain floats (the equations of
+    lab.training.optim.scape's docstring), one rank, one tensor, top-k |m| masks used one step late."""
+    n = len(grads[0])
+    p, m, u, v, last = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
+    sent = [0.0] * n
+    history = []
+    mask = None
+    for t, g in enumerate(grads, start=1):
+        if t == 1:  # the dense step: plain AdamS (with the official bias correction)
+            c = (1 - beta1) if bias_correction else 1.0
+            for j in range(n):
+                mh = m[j] / c
+                d = math.sqrt(beta2 * mh * mh + (1 - beta2) * g[j] ** 2) + eps
+                p[j] *= 1 - lr * wd
+                m[j] = beta1 * m[j] + (1 - beta1) * g[j]
+                p[j] -= lr * (m[j] / c) / d
+                last[j] = 1
+                u[j] = 0.0 if masking else m[j]
+        else:
+            for j in range(n):
+                u[j] = beta1 * u[j] + (1 - beta1) * g[j]
+                if not bias_correction:
+                    c = 1.0
+                else:
+                    c = 1 - beta1 ** ((t - last[j]) if masking else t)
+                v[j] += u[j] / c
+            for j in mask:
+                V, tau = v[j], t - last[j]
+                sent[j] += V
+                v[j] = 0.0
+                if masking:
+                    u[j] = 0.0
+                m_bar = V / tau
+                d = math.sqrt(beta2 * m[j] ** 2 + (1 - beta2) * m_bar**2) + eps
+                p[j] = p[j] * (1 - lr * wd) ** tau - lr * V / d
+                m[j], last[j] = m_bar, t
+        mask = sorted(sorted(range(n), key=lambda j: -abs(m[j]))[:k])
+        history.append(list(p))
+    return history, m, v, sent
+
+
+@pytest.mark.parametrize("masking", [True, False])
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_scape_momentum_correction_matches_the_equations_by_hand(masking, bias_correction):
+    # irregular values: no two |m| tie, so the top-k masks are unambiguous
+    grads = [
+        [3.1, -1.3, 2.2, 0.57, -4.3, 1.51],
+        [1.07, 2.53, -3.11, 4.02, 1.19, -0.23],
+        [2.29, -1.37, 1.21, 1.13, 5.03, 2.17],
+        [-1.41, 3.05, 0.31, 2.71, 1.43, 1.09],
+        [0.13, 1.61, 1.17, -2.37, 2.03, 4.19],
+        [1.73, -2.11, 0.53, 0.79, -1.09, 3.01],
+        [0.47, 0.83, -1.67, 3.23, 0.29, -0.11],
+    ]
+    hp = dict(lr=0.05, beta1=0.6, beta2=0.95, eps=1e-8, wd=0.1)
+    p = _param([0.0] * 6)
+    opt = SCAPE([p], lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], weight_decay=hp["wd"],
+                bias_correction=bias_correction, sparsity=2 / 3, mask_sync="local",
+                momentum_correction=True, momentum_masking=masking)
+    assert opt.k == 2
+    ref, m_ref, v_ref, sent = _momentum_corrected_reference(grads, k=2, masking=masking, bias_correction=bias_correction, **hp)
+    sent_by_opt = torch.zeros(6)
+    for g, want in zip(grads, ref):
+        _set_grad(p, g)
+        nxt = opt.mask(p, "next")
+        opt.step()
+        if nxt is not None:
+            sent_by_opt[nxt] += opt.last_values
+        assert p.detach().tolist() == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert opt.state[p]["exp_avg"].tolist() == pytest.approx(m_ref, rel=1e-5, abs=1e-6)
+    assert opt.state[p]["momentum_accum"].tolist() == pytest.approx(v_ref, rel=1e-5, abs=1e-6)
+    # nothing lost: what was sent plus what waits in the accumulator is every step's (corrected) momentum
+    assert (sent_by_opt + opt.state[p]["momentum_accum"]).tolist() == pytest.approx([a + b for a, b in zip(sent, v_ref)], rel=1e-5)
+    assert opt.mask_coverage() > 0.5  # the catch-up rotates the mask: frozen coordinates get their turn
+
+
+def test_scape_momentum_correction_without_sparsity_is_adams_with_the_momentum_in_the_normalizer():
+    # k = n, no masking: mean_k u_k is the global first moment, tau = 1, V = m_t; the update is AdamS's with
+    # g_t**2 replaced by m_t**2 in the denominator (the global gradient never travels)
+    torch.manual_seed(3)
+    p = torch.nn.Parameter(torch.randn(5))
+    opt = SCAPE([p], lr=0.02, betas=(0.8, 0.9), weight_decay=0.0, bias_correction=False, sparsity=0.0,
+                momentum_correction=True, momentum_masking=False)
+    q, m = p.detach().clone(), torch.zeros(5)
+    for t in range(1, 6):
+        g = torch.randn(5)
+        p.grad = g.clone()
+        opt.step()
+        m_prev = m.clone()
+        m = 0.8 * m + 0.2 * g
+        second = g if t == 1 else m  # step 1 is the dense AdamS step
+        q = q - 0.02 * m / ((0.9 * m_prev**2 + 0.1 * second**2).sqrt() + 1e-8)
+        assert torch.allclose(p.detach(), q, atol=1e-6), t
+
+
+def test_scape_momentum_correction_state_dict_round_trip():
+    torch.manual_seed(4)
+    model = torch.nn.Linear(8, 4)
+    kw = dict(lr=0.01, sparsity=0.75, explore=0.5, momentum_correction=True)
+    opt = SCAPE(model.parameters(), **kw)
+    xs = [torch.randn(6, 8) for _ in range(7)]
+    for x in xs[:4]:
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    twin = copy.deepcopy(model)
+    opt2 = SCAPE(twin.parameters(), **kw)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for x in xs[4:]:
+        for mod, o in ((model, opt), (twin, opt2)):
+            o.zero_grad()
+            mod(x).square().mean().backward()
+            o.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ScapeError, match="layout"):  # a checkpoint without the accumulators does not load
+        SCAPE(copy.deepcopy(model).parameters(), lr=0.01, sparsity=0.75, explore=0.5).load_state_dict(opt.state_dict())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -362,6 +482,10 @@ def test_scape_state_dict_round_trip_keeps_mask_and_coverage():
         (dict(explore=1.5), "explore"),
         (dict(mask_score="m_ef"), "mask_score"),  # needs error feedback
         (dict(mask_score="m_ef", error_feedback=True, mask_sync="local"), "mask_score"),
+        (dict(momentum_correction=1), "momentum_correction"),
+        (dict(momentum_correction=True, error_feedback=True), "momentum_correction"),
+        (dict(momentum_correction=True, unmasked="zero_grad"), "momentum_correction"),
+        (dict(momentum_masking="yes"), "momentum_masking"),
         (dict(lr=-0.1), "lr"),
         (dict(betas=(0.9, 1.0)), "betas[1]"),
     ],
@@ -390,6 +514,7 @@ _CONFIGS = {
     "shard_indices": (dict(sparsity=0.75, scope="shard", mask_encoding="indices"), False),
     "tensor_local": (dict(sparsity=0.75, mask_sync="local"), True),
     "tensor_m_ef": (dict(sparsity=0.75, error_feedback=True, mask_score="m_ef"), False),
+    "tensor_momentum_correction": (dict(sparsity=0.75, momentum_correction=True, explore=0.5, seed=3), True),
 }
 _STEPS = 6
 _B = 6  # rows per rank

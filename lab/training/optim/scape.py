@@ -75,6 +75,30 @@ updating only the top-10% by ``|m|`` ends at 2.53 at best (rates 1e-3, 2e-3, 8e-
 frozen, stale ``m`` (whose mask keeps rotating). What costs is updating a tenth of the coordinates per
 step.
 
+Momentum correction (``momentum_correction=True``; Deep Gradient Compression, Lin et al., ICLR 2018,
+arXiv 1712.01887, §3.2 "Momentum correction" and §3.3 "momentum factor masking", transposed from SGD's
+velocity to AdamS's first moment; the transposition is ours, the paper has no normalized optimizer):
+a frozen coordinate loses every update it was due while unselected. DGC keeps, on each rank ``k``, a local
+velocity ``u_k`` of the local gradients and an accumulator ``v_k`` of those velocities, sends ``v_k[M]``
+and applies the sum directly, so a coordinate sent after ``tau`` steps moves by the ``tau`` steps of
+momentum it missed. Here, every step, on every rank::
+
+    u_k <- beta1 u_k + (1 - beta1) g_k                      (the local first moment, dense)
+    v_k <- v_k + u_k / c                                    (c: bias correction, below)
+    values = v_k[M];  v_k[M] <- 0;  u_k[M] <- 0 with ``momentum_masking`` (DGC's momentum factor masking)
+    V = all_reduce(values) / world_size,  tau = t - (step the coordinate was last updated),  m_bar = V / tau
+    p[M] <- p[M] (1 - lr wd)^tau - lr V / (sqrt(beta2 m[M]^2 + (1 - beta2) m_bar^2) + eps)
+    m[M] <- m_bar
+
+The normalizer is AdamS's with the (never communicated) global gradient ``g_t`` replaced by the mean
+momentum ``m_bar`` of the gap; ``m`` (replicated, the mask score) holds each coordinate's ``m_bar`` of its
+last update. With masking, ``u_k`` restarts at zero after each send, and ``c = 1 - beta1**age`` (``age``:
+steps since the restart; ``1 - beta1**t`` without masking; 1 when the group has ``bias_correction=False``)
+makes ``u_k / c`` an unbiased mean of the gap's gradients. The dense steps are plain AdamS. Bytes are
+SCAPE's (the ``k`` values are accumulated momenta instead of gradients); memory: two more dense buffers per
+rank and one int32 per coordinate. Not with ``error_feedback`` (the accumulator already keeps the unsent
+mass) or ``unmasked="zero_grad"``.
+
 :meth:`SCAPE.mask_coverage` reports the fraction of coordinates selected at least once in a sparse
 step.
 
@@ -157,6 +181,14 @@ def _check_scape_options(o: dict[str, Any]) -> None:
         bad("sparsity_warmup", "an int >= 0 (steps of DGC's exponential sparsity warm-up)")
     if not real(o["sparsity_warmup_factor"]) or not 0.0 < o["sparsity_warmup_factor"] < 1.0:
         bad("sparsity_warmup_factor", "a number in (0, 1)")
+    if not isinstance(o["momentum_correction"], bool):
+        bad("momentum_correction", "a bool")
+    if not isinstance(o["momentum_masking"], bool):
+        bad("momentum_masking", "a bool")
+    if o["momentum_correction"] and o["error_feedback"]:
+        bad("momentum_correction", "False with error_feedback=True (the momentum accumulator keeps the unsent mass)")
+    if o["momentum_correction"] and o["unmasked"] != "freeze":
+        bad("momentum_correction", "False with unmasked='zero_grad' (the accumulator assumes frozen coordinates)")
 
 
 class ScapeConfig(BaseModel):
@@ -183,6 +215,8 @@ class ScapeConfig(BaseModel):
     seed: int = 0
     sparsity_warmup: int = 0
     sparsity_warmup_factor: float = 0.25
+    momentum_correction: bool = False
+    momentum_masking: bool = True
 
     @model_validator(mode="before")
     @classmethod
@@ -347,6 +381,13 @@ class SCAPE(torch.optim.Optimizer):
         whenever the next step's sparsity differs from the current one. 0: off.
     sparsity_warmup_factor : float, default 0.25
         Density kept per warm-up stage, in ``(0, 1)``.
+    momentum_correction : bool, default False
+        DGC's momentum correction on AdamS's first moment (module docstring): each rank accumulates its
+        local first moment and sends the accumulated values, so a coordinate catches up on the steps it
+        was frozen for. Its learning rate sits near dense AdamS's, not SCAPE's raised one.
+    momentum_masking : bool, default True
+        With ``momentum_correction``: DGC's momentum factor masking, the local first moment of a sent
+        coordinate restarts at zero (otherwise it keeps pushing the already-applied momentum).
     process_group : ProcessGroup, optional
         Group of the data-parallel ranks; default: the default group when initialized, else none.
     history : int, default 10000
@@ -405,6 +446,8 @@ class SCAPE(torch.optim.Optimizer):
         seed: int = 0,
         sparsity_warmup: int = 0,
         sparsity_warmup_factor: float = 0.25,
+        momentum_correction: bool = False,
+        momentum_masking: bool = True,
         process_group: Any = None,
         history: int = 10000,
         config: ScapeConfig | None = None,
@@ -414,7 +457,8 @@ class SCAPE(torch.optim.Optimizer):
         options = dict(sparsity=sparsity, scope=scope, mask_sync=mask_sync, mask_encoding=mask_encoding,
                        mask_refresh_interval=mask_refresh_interval, dense_steps=dense_steps, unmasked=unmasked,
                        error_feedback=error_feedback, explore=explore, mask_score=mask_score, seed=seed,
-                       sparsity_warmup=sparsity_warmup, sparsity_warmup_factor=sparsity_warmup_factor)
+                       sparsity_warmup=sparsity_warmup, sparsity_warmup_factor=sparsity_warmup_factor,
+                       momentum_correction=momentum_correction, momentum_masking=momentum_masking)
         if config is not None:
             if not isinstance(config, ScapeConfig):
                 raise ScapeError(f"{name}: config must be a ScapeConfig, got {type(config).__name__}")
@@ -430,6 +474,7 @@ class SCAPE(torch.optim.Optimizer):
         self.dense_steps, self.unmasked, self.error_feedback = int(cfg.dense_steps), cfg.unmasked, bool(cfg.error_feedback)
         self.explore, self.mask_score, self.seed = float(cfg.explore), cfg.mask_score, int(cfg.seed)
         self.sparsity_warmup, self.sparsity_warmup_factor = int(cfg.sparsity_warmup), float(cfg.sparsity_warmup_factor)
+        self.momentum_correction, self.momentum_masking = bool(cfg.momentum_correction), bool(cfg.momentum_masking)
 
         if process_group is None and dist.is_available() and dist.is_initialized():
             process_group = dist.group.WORLD
@@ -471,6 +516,9 @@ class SCAPE(torch.optim.Optimizer):
             st["exp_avg"] = torch.zeros_like(p)
             if self.error_feedback:
                 st["residual"] = torch.zeros_like(p)
+            if self.momentum_correction:
+                st["local_exp_avg"] = torch.zeros_like(p)  # u_k: this rank's first moment of its own gradients
+                st["momentum_accum"] = torch.zeros_like(p)  # v_k: accumulated u_k since the coordinate was last sent
         self.state[_KEY] = {
             "step": 0,
             "mask": None,  # global sorted int64 indices used at the last step (None: dense / none yet)
@@ -478,6 +526,8 @@ class SCAPE(torch.optim.Optimizer):
             "ever_selected": torch.zeros(self.numel, dtype=torch.bool),
             "config": self._config(),
         }
+        if self.momentum_correction:  # the step each coordinate was last updated (replicated: masks are)
+            self.state[_KEY]["last_update"] = torch.zeros(self.numel, dtype=torch.int32)
         self._pending: tuple[Any, torch.Tensor, torch.Tensor] | None = None  # (work, input, output)
         self._pending_own_k: list[int] = self._own_k  # k per owner of the mask in flight
         self._ever_count: int | None = None
@@ -589,6 +639,8 @@ class SCAPE(torch.optim.Optimizer):
         )
         if self.sparsity_warmup:  # only then: checkpoints written before the option existed still load
             out.update(sparsity_warmup=self.sparsity_warmup, sparsity_warmup_factor=self.sparsity_warmup_factor)
+        if self.momentum_correction:
+            out.update(momentum_correction=True, momentum_masking=self.momentum_masking)
         return out
 
     # ------------------------------------------------------------------ byte accounting
@@ -765,6 +817,45 @@ class SCAPE(torch.optim.Optimizer):
             raise ScapeError(f"SCAPE: gradient dtype {g.dtype} differs from parameter dtype {p.dtype}")
         return g.reshape(-1)
 
+    def _accumulate_momentum(self, flat: list[torch.Tensor], t: int) -> list[torch.Tensor]:
+        """Momentum correction, every sparse step: ``u_k <- beta1 u_k + (1 - beta1) g_k``, ``v_k += u_k / c``;
+        returns the accumulators (flat views, modified in place by the caller when values are sent)."""
+        last = self.state[_KEY]["last_update"]
+        out = []
+        for i, (g, p) in enumerate(zip(flat, self._params)):
+            group = self._group_of[i]
+            beta1 = group["betas"][0]
+            st = self.state[p]
+            u, v = st["local_exp_avg"].view(-1), st["momentum_accum"].view(-1)
+            u.lerp_(g, 1.0 - beta1)
+            if not group["bias_correction"] or beta1 == 0.0:
+                v.add_(u)
+            elif self.momentum_masking:  # u restarted when the coordinate was last sent: its age is t - last
+                age = (t - last[self._offsets[i] : self._offsets[i + 1]]).to(u.dtype)
+                v.add_(u / (1.0 - torch.pow(beta1, age)))
+            else:
+                v.add_(u, alpha=1.0 / (1.0 - beta1**t))
+            out.append(v)
+        return out
+
+    def _corrected_update(self, i: int, pv: torch.Tensor, m: torch.Tensor, li: torch.Tensor, V: torch.Tensor,
+                          t: int, hp: dict[str, float]) -> None:
+        """The momentum-corrected AdamS update of parameter ``i``'s masked coordinates ``li`` from ``V``, the
+        rank-averaged accumulated momenta (module docstring)."""
+        last = self.state[_KEY]["last_update"]
+        glob = li + self._offsets[i]
+        tau = (t - last[glob]).to(V.dtype)
+        m_bar = V / tau
+        mk = m[li]
+        denom = (mk * hp["beta2"]).mul_(mk).add_((m_bar * (1.0 - hp["beta2"])).mul_(m_bar)).sqrt_().add_(hp["eps"])
+        pk = pv[li]
+        if hp["weight_decay"] != 0.0:
+            pk.mul_(torch.pow(1.0 - hp["lr"] * hp["weight_decay"], tau))
+        pk.addcdiv_(V, denom, value=-hp["lr"])
+        pv.index_copy_(0, li, pk)
+        m.index_copy_(0, li, m_bar)
+        last[glob] = t
+
     @torch.no_grad()
     def step(self, closure=None):
         """One SCAPE step: the gradient collective, the AdamS update, the next mask's async sync.
@@ -810,8 +901,14 @@ class SCAPE(torch.optim.Optimizer):
             cuts = torch.searchsorted(G, self._offsets_t).tolist()
             local_idx = [G[cuts[i] : cuts[i + 1]] - self._offsets[i] for i in range(len(self._params))]
             values = torch.empty(G.numel(), dtype=self._params[0].dtype, device=self._params[0].device)
+            if self.momentum_correction:
+                flat = self._accumulate_momentum(flat, t)
             for i, (e, li) in enumerate(zip(flat, local_idx)):
                 values[cuts[i] : cuts[i + 1]] = e[li]
+                if self.momentum_correction:
+                    e[li] = 0  # e is the accumulator v_k: what was sent leaves it
+                    if self.momentum_masking:
+                        self.state[self._params[i]]["local_exp_avg"].view(-1)[li] = 0
                 if self.error_feedback:
                     r = self.state[self._params[i]]["residual"].view(-1)
                     r.copy_(e)
@@ -834,10 +931,15 @@ class SCAPE(torch.optim.Optimizer):
             pv = p.view(-1)
             if dense:
                 adams_update_(pv, m, values[self._offsets[i] : self._offsets[i + 1]], **hp)
+                if self.momentum_correction and not self.momentum_masking:
+                    self.state[p]["local_exp_avg"].copy_(self.state[p]["exp_avg"])  # mean_k u_k = m, exactly
                 continue
             li, a = local_idx[i], cuts[i]
             gk = values[a : a + li.numel()]
-            if self.unmasked == "zero_grad":
+            if self.momentum_correction:
+                if li.numel():
+                    self._corrected_update(i, pv, m, li, gk, t, hp)
+            elif self.unmasked == "zero_grad":
                 g_full = torch.zeros_like(pv)
                 g_full[li] = gk
                 adams_update_(pv, m, g_full, **hp)
@@ -846,6 +948,8 @@ class SCAPE(torch.optim.Optimizer):
                 adams_update_(pk, mk, gk, **hp)
                 pv.index_copy_(0, li, pk)
                 m.index_copy_(0, li, mk)
+        if dense and self.momentum_correction:
+            sc["last_update"].fill_(t)
         if not dense:
             ever = sc["ever_selected"]
             self._ever_count = self._coverage_count() + int((~ever[sc["mask"]]).sum())
