@@ -154,6 +154,10 @@ class Settings:
         "topk": ({"mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
         "random": ({"explore": 1.0, "mask_sync": "local"}, (4e-3, 8e-3, 1.6e-2)),
         "random_beta1_0.5": ({"explore": 1.0, "mask_sync": "local", "betas": (0.5, 0.95)}, (8e-3, 1.2e-2, 1.6e-2)),
+        # DGC's momentum correction + momentum factor masking on the random beta1-0.5 mask: a coordinate
+        # catches up on the steps it was frozen for, so its rates sit near dense AdamS's
+        "momentum_correction": ({"explore": 1.0, "mask_sync": "local", "betas": (0.5, 0.95), "momentum_correction": True},
+                                (5e-4, 1e-3, 2e-3)),
     })
     scape99_variants: dict = field(default_factory=lambda: {
         "topk": ({"mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
@@ -162,6 +166,12 @@ class Settings:
         "explore": ({"explore": 0.2, "mask_sync": "local"}, (2e-3, 4e-3, 8e-3)),
         "random": ({"explore": 1.0, "mask_sync": "local"}, (8e-3, 1.6e-2, 3.2e-2)),
         "explore_beta1_0.5": ({"explore": 0.2, "mask_sync": "local", "betas": (0.5, 0.95)}, (8e-3, 1.6e-2, 3.2e-2)),
+        # DGC's momentum correction with DGC's own mask, the owner's top-|accumulator| (int32 indices travel)
+        "momentum_correction_accum": ({"mask_score": "accum", "mask_sync": "all_gather", "mask_encoding": "indices",
+                                       "betas": (0.5, 0.95), "momentum_correction": True}, (2.5e-4, 5e-4, 1e-3)),
+        "momentum_correction_accum_no_masking": ({"mask_score": "accum", "mask_sync": "all_gather", "mask_encoding": "indices",
+                                                  "betas": (0.5, 0.95), "momentum_correction": True, "momentum_masking": False},
+                                                 (2.5e-4, 5e-4, 1e-3)),
     })
     methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "gift_fp8_rank0", "adams", "scape90", "scape99")
     parallel_launch: bool = False  # quick mode only: start the runs together (timings then meaningless)
@@ -881,6 +891,38 @@ def _grid(by_lr: dict) -> dict:
     return {f"{lr:g}": {"val_loss": r["val_loss"], "train_loss": r["train_loss"], "run_id": r["run_id"]} for lr, r in by_lr.items()}
 
 
+def _variant_entry(kwargs: dict, lr: float, by_lr: dict) -> dict:
+    """One variant's row of ``training_detail.tuning.<method>.variants``."""
+    return {"optimizer_kwargs": kwargs, "grid": _grid(by_lr), "best_lr": lr, "val_loss": by_lr[lr]["val_loss"],
+            "mask_coverage": by_lr[lr].get("mask_coverage"), "bytes_vs_dense": by_lr[lr]["bytes_vs_dense"]}
+
+
+_SPARSITY = {"scape90": 0.9, "scape99": 0.99}
+
+
+def _scape_spec(sparsity: float, kwargs: dict):
+    return lambda lr: {"lr": lr, "optimizer": "scape", "optimizer_kwargs": {"sparsity": sparsity, **kwargs}}
+
+
+def run_training_variants(s: Settings, workdir: Path, only: dict[str, list[str]]) -> dict:
+    """Tune only the named SCAPE variants (``{"scape99": ["momentum_correction_accum"], ...}``), each over its own
+    grid with the training part's rule (edge extended once); ``{"tuning": {method: {variant: entry}}, "runs": ..}``
+    for :func:`merge_part` to fold into ``training_detail`` (re-choosing each method's best variant)."""
+    runner = _Runner(s, workdir)
+    tuning: dict[str, dict] = {}
+    rows: dict[str, dict] = {}
+    for name, variants in only.items():
+        table = getattr(s, f"{name}_variants")
+        for v in variants:
+            if v not in table:
+                raise KeyError(f"{name} has no variant {v!r}; known: {', '.join(table)}")
+            kwargs, lrs = table[v]
+            lr, by_lr = _tune(runner, f"{name}_{v}", lrs, _scape_spec(_SPARSITY[name], kwargs), s.extend_edges)
+            tuning.setdefault(name, {})[v] = _variant_entry(kwargs, lr, by_lr)
+            rows.setdefault(name, {})[v] = dict(by_lr[lr], variant=v)
+    return {"tuning": tuning, "rows": rows, "runs": runner.results, "run_order": runner.order}
+
+
 def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict, dict, dict]:
     """The training part: (training table, detail, goals)."""
     t_start = time.perf_counter()
@@ -897,10 +939,7 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         per_variant = {v: _tune(runner, f"{name}_{v}", lrs, make(kwargs), s.extend_edges) for v, (kwargs, lrs) in variants.items()}
         best_v = min(per_variant, key=lambda v: per_variant[v][1][per_variant[v][0]]["val_loss"])
         tuning[name] = {
-            "variants": {v: {"optimizer_kwargs": variants[v][0], "grid": _grid(by_lr), "best_lr": lr,
-                             "val_loss": by_lr[lr]["val_loss"], "mask_coverage": by_lr[lr].get("mask_coverage"),
-                             "bytes_vs_dense": by_lr[lr]["bytes_vs_dense"]}
-                         for v, (lr, by_lr) in per_variant.items()},
+            "variants": {v: _variant_entry(variants[v][0], lr, by_lr) for v, (lr, by_lr) in per_variant.items()},
             "best_variant": best_v, "best_lr": per_variant[best_v][0],
         }
         lr, by_lr = per_variant[best_v]
@@ -908,8 +947,7 @@ def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict,
         training[name]["variant"] = best_v
         return best_v, per_variant
 
-    def scape(sparsity: float, kwargs: dict):
-        return lambda lr: {"lr": lr, "optimizer": "scape", "optimizer_kwargs": {"sparsity": sparsity, **kwargs}}
+    scape = _scape_spec
 
     if s.parallel_launch:  # quick mode: everything at the one grid value, started together
         lr = s.adams_lrs[0]
@@ -997,7 +1035,8 @@ def _training_goals(t: dict) -> dict:
 
 # =============================================================================================== main
 def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool = False,
-        time_shares: tuple[float, ...] | None = None, long_steps: int = 3000, long_seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
+        time_shares: tuple[float, ...] | None = None, long_steps: int = 3000, long_seeds: tuple[int, ...] = (0, 1, 2),
+        variants: dict[str, list[str]] | None = None, long_methods: tuple[str, ...] | None = None) -> dict:
     result: dict = {"benchmark": "comm", "inputs": {**asdict(s), "part": part}}
     goals: dict = {}
     t0 = time.perf_counter()
@@ -1034,10 +1073,21 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
         from benchmarks.comm_time import FULL_TIME, QUICK_TIME, profile_gift
 
         result["time_detail"] = {"profile": profile_gift(QUICK_TIME if s.quick else FULL_TIME)}
+    if part == "training_variants":  # only the named variants, folded into the committed training part
+        if not variants:
+            raise ValueError("--part training_variants needs --variants METHOD:VARIANT ...")
+        own = workdir is None
+        wd = Path(tempfile.mkdtemp(prefix="lab-comm-")) if own else Path(workdir)
+        wd.mkdir(parents=True, exist_ok=True)
+        try:
+            result["training_variants"] = run_training_variants(s, wd, variants)
+        finally:
+            if own and not keep:
+                shutil.rmtree(wd, ignore_errors=True)
     if part == "long_run":  # about 4 minutes per run and seed: never part of "all"
         from benchmarks.comm_long import run_long
 
-        result["long_run"] = run_long(steps=long_steps, seeds=long_seeds, workdir=workdir)
+        result["long_run"] = run_long(steps=long_steps, seeds=long_seeds, workdir=workdir, methods=long_methods)
     result["goals"] = goals
     result["goals_met"] = {k: v.get("met") for k, v in goals.items()}
     result["wall_s"] = time.perf_counter() - t0
@@ -1048,7 +1098,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training", "bytes_curve", "time", "time_profile", "long_run"), default="all",
+    p.add_argument("--part", choices=("all", "codecs", "training", "training_variants", "bytes_curve", "time", "time_profile", "long_run"),
+                   default="all",
                    help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder")
@@ -1056,10 +1107,21 @@ def main(argv=None) -> None:
                    "(e.g. 0.25; merged share by share into the file's time table)")
     p.add_argument("--long-steps", type=int, default=3000, help="--part long_run: steps per run")
     p.add_argument("--long-seeds", type=int, nargs="+", default=[0, 1, 2], help="--part long_run: seeds")
+    p.add_argument("--long-methods", nargs="+", help="--part long_run: only these methods (and dense AdamS), "
+                   "merged into the file's long_run block")
+    p.add_argument("--variants", nargs="+", metavar="METHOD:VARIANT", help="--part training_variants: the SCAPE "
+                   "variants to tune (e.g. scape99:momentum_correction_accum), merged into the file's training part")
     a = p.parse_args(argv)
+    variants: dict[str, list[str]] = {}
+    for item in a.variants or []:
+        method, sep, variant = item.partition(":")
+        if not sep or method not in _SPARSITY:
+            p.error(f"--variants {item!r}: expected METHOD:VARIANT with METHOD one of {', '.join(_SPARSITY)}")
+        variants.setdefault(method, []).append(variant)
     s = QUICK if a.quick else FULL
     result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep,
-                 tuple(a.time_shares) if a.time_shares else None, a.long_steps, tuple(a.long_seeds))
+                 tuple(a.time_shares) if a.time_shares else None, a.long_steps, tuple(a.long_seeds), variants,
+                 tuple(a.long_methods) if a.long_methods else None)
     write(a.out, merge_part(a.out, result, a.part))
 
 
@@ -1079,13 +1141,40 @@ def merge_part(out: str | Path, result: dict, part: str) -> dict:
         merged["time"] = {**(old.get("time") or {}), **result["time"]}
         runs = {**((old.get("time_detail") or {}).get("runs") or {}), **result["time_detail"].get("runs", {})}
         merged["time_detail"] = {**(old.get("time_detail") or {}), **result["time_detail"], "runs": runs}
+    if part == "long_run" and result.get("long_run", {}).get("methods_run"):
+        from benchmarks.comm_long import merge_long
+
+        merged["long_run"] = merge_long(old.get("long_run"), result["long_run"])
+    if part == "training_variants":
+        merged.pop("training_variants", None)
+        fold_variants(merged, result["training_variants"])
     if part == "time_profile":  # only the profile of the time part is replaced
         merged["time_detail"] = {**(old.get("time_detail") or {}), "profile": result["time_detail"]["profile"]}
-    merged["goals"] = {**old.get("goals", {}), **result.get("goals", {})}
+    merged["goals"] = {**old.get("goals", {}), **result.get("goals", {}),
+                       **(_training_goals(merged["training"]) if part == "training_variants" else {})}
     merged["goals_met"] = {k: v.get("met") for k, v in merged["goals"].items()}
     merged.setdefault("inputs_by_part", {})[part] = result.get("inputs")
     merged.setdefault("wall_s_by_part", {})[part] = result.get("wall_s")
     return merged
+
+
+def fold_variants(doc: dict, new: dict) -> None:
+    """Fold a ``training_variants`` result into ``doc``'s training part, in place: each variant's tuning entry
+    and runs added, each method's best variant re-chosen by validation loss over old and new variants, and
+    its ``training`` row replaced when a new variant wins."""
+    detail, training = doc["training_detail"], doc["training"]
+    for name, entries in new["tuning"].items():
+        t = detail["tuning"][name]
+        t["variants"].update(entries)
+        best = min(t["variants"], key=lambda v: t["variants"][v]["val_loss"])
+        t["best_variant"], t["best_lr"] = best, t["variants"][best]["best_lr"]
+        if best in entries:
+            dense = training["fp32"]["bytes_per_step"] if "fp32" in training else None
+            row = dict(new["rows"][name][best])
+            row["bytes_vs_dense_fp32_run"] = row["bytes_per_step"] / dense if dense else None
+            training[name] = row
+    detail["runs"] = {**detail.get("runs", {}), **new["runs"]}
+    detail["run_order"] = [*detail.get("run_order", []), *new["run_order"]]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ suit 400 steps may not suit 3,000): the table says so. ``scape99_warmup`` adds D
 exponential sparsity warm-up (``sparsity_warmup``: 75%, 93.75%, 98.4%, 99% over the first
 ``warmup_fraction`` of the run) to SCAPE-99's best variant, at its rate.
 
+``scape99_momentum_correction`` is SCAPE-99 with Deep Gradient Compression's momentum correction and
+momentum factor masking (``momentum_correction``, ``mask_score="accum"``), at the rate its own grid chose.
+``--long-methods`` runs only some methods (dense AdamS always runs, as the reference of the gaps); the
+file's other methods are kept, and the re-run dense AdamS is compared with the committed one
+(``adams_rerun_max_abs_diff``: 0 when the runs are deterministic, as they are on this CPU).
+
 JSON (``long_run``): ``steps``, ``seeds``, ``methods`` (name -> optimizer, kwargs, lr, source), ``val_loss``
 (name -> checkpoint step -> per-seed list), ``gap`` (name -> step -> mean relative gap to dense AdamS over
 the seeds, paired by seed, with a 95% t interval), ``bytes_vs_dense`` (name -> mean over the seeds) and
@@ -55,6 +61,32 @@ def _committed_methods(path: Path, warmup_steps: int) -> dict[str, dict]:
     w["optimizer_kwargs"] = {**w["optimizer_kwargs"], "sparsity_warmup": warmup_steps}
     w["source"] = out["scape99"]["source"] + f" + sparsity_warmup={warmup_steps}"
     out["scape99_warmup"] = w
+    # DGC's momentum correction (with its top-|accumulator| mask), at its own tuned rate, when it was tuned
+    mc = tuning["scape99"]["variants"].get("momentum_correction_accum")
+    if mc is not None:
+        kwargs = {k: (tuple(v) if k == "betas" else v) for k, v in mc["optimizer_kwargs"].items()}
+        out["scape99_momentum_correction"] = {
+            "lr": float(mc["best_lr"]), "optimizer": "scape", "optimizer_kwargs": {"sparsity": 0.99, **kwargs},
+            "source": f"{path.name} training_detail.tuning.scape99: variant momentum_correction_accum, lr {mc['best_lr']:g} (400 steps)"}
+    return out
+
+
+def merge_long(old: dict | None, new: dict) -> dict:
+    """``new`` (some methods) folded into the committed ``old`` block (same steps and seeds): methods, losses,
+    gaps, bytes and runs added; the gaps of ``new`` are against its own dense AdamS run."""
+    if not old or not new.get("methods_run") or old.get("steps") != new["steps"] or old.get("seeds") != new["seeds"]:
+        return new
+    out = dict(old)
+    out.pop("methods_run", None)
+    for key in ("methods", "val_loss", "gap", "bytes_vs_dense", "runs"):
+        out[key] = {**old.get(key, {}), **new.get(key, {})}
+    a_old, a_new = old["val_loss"]["adams"], new["val_loss"]["adams"]
+    out["val_loss"]["adams"] = a_old
+    out["adams_rerun_max_abs_diff"] = max(abs(x - y) for t in a_old for x, y in zip(a_old[t], a_new.get(t, a_old[t])))
+    out["wall_s"] = old.get("wall_s", 0.0) + new["wall_s"]
+    added = [m for m in new["methods_run"] if m != "adams"]
+    out["notes"] = [*old.get("notes", []), f"{', '.join(added)}: run later beside a re-run of dense AdamS (their gaps are "
+                    "to that re-run; adams_rerun_max_abs_diff compares it with the committed dense AdamS)"]
     return out
 
 
@@ -100,7 +132,7 @@ def run_long(steps: int = 3000, seeds: tuple[int, ...] = (0, 1, 2), eval_interva
            "ranks": FULL.nproc, "batch_size_per_rank": FULL.batch_size,
            "methods": specs, **summarize(val, list(seeds)),
            "bytes_vs_dense": {m: statistics.fmean(runs[f"{m}_seed{s}"]["bytes_vs_dense"] for s in seeds) for m in specs},
-           "runs": runs, "wall_s": time.perf_counter() - t0,
+           "runs": runs, "wall_s": time.perf_counter() - t0, "methods_run": sorted(specs) if methods else None,
            "notes": ["rates and variants tuned at 400 steps on the validation split (training part), not re-tuned for this horizon",
                      "gap = (method - adams) / adams in validation loss, paired by seed; 95% t interval over the seeds"]}
     return out

@@ -228,3 +228,25 @@ def test_time_profile_part_replaces_only_the_profile(tmp_path):
     merged = comm.merge_part(out, {"benchmark": "comm", "time_detail": {"profile": {"fp8": 2}}, "goals": {}}, "time_profile")
     assert merged["time"] == old["time"]
     assert merged["time_detail"] == {"profile": {"fp8": 2}, "runs": {"0.75": {"x": 1}}, "calibration": {"t": 2}}
+
+
+def test_fold_variants_rechooses_the_best_variant():
+    from benchmarks import comm
+
+    doc = {"training": {"fp32": {"bytes_per_step": 100.0}, "scape99": {"val_loss": 2.5, "variant": "explore"}},
+           "training_detail": {"runs": {"r0": {}}, "run_order": ["r0"], "tuning": {"scape99": {
+               "best_variant": "explore", "best_lr": 0.03,
+               "variants": {"explore": {"val_loss": 2.5, "best_lr": 0.03}}}}}}
+    worse = {"tuning": {"scape99": {"mc": {"val_loss": 2.6, "best_lr": 1e-3}}},
+             "rows": {"scape99": {"mc": {"val_loss": 2.6, "bytes_per_step": 2.0, "variant": "mc"}}},
+             "runs": {"r1": {}}, "run_order": ["r1"]}
+    comm.fold_variants(doc, worse)
+    t = doc["training_detail"]["tuning"]["scape99"]
+    assert set(t["variants"]) == {"explore", "mc"} and t["best_variant"] == "explore"
+    assert doc["training"]["scape99"]["variant"] == "explore" and doc["training_detail"]["run_order"] == ["r0", "r1"]
+    better = {"tuning": {"scape99": {"mc2": {"val_loss": 2.4, "best_lr": 2e-4}}},
+              "rows": {"scape99": {"mc2": {"val_loss": 2.4, "bytes_per_step": 2.0, "variant": "mc2"}}},
+              "runs": {"r2": {}}, "run_order": ["r2"]}
+    comm.fold_variants(doc, better)
+    assert (t["best_variant"], t["best_lr"]) == ("mc2", 2e-4)
+    assert doc["training"]["scape99"]["variant"] == "mc2" and doc["training"]["scape99"]["bytes_vs_dense_fp32_run"] == 0.02

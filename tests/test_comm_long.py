@@ -60,3 +60,32 @@ def test_the_committed_long_run_holds_what_the_readme_quotes():
             assert g["per_seed"] == pytest.approx([(a - b) / b for a, b in zip(ours, dense)]), (m, t)
             assert g["ci95"][0] <= g["mean"] <= g["ci95"][1]
     assert lr["bytes_vs_dense"]["scape90"] <= 0.11 and lr["bytes_vs_dense"]["scape99"] <= 0.02
+
+
+def test_settings_take_momentum_correction_at_its_own_rate_when_tuned(tmp_path):
+    path = _tuning(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["training_detail"]["tuning"]["scape99"]["variants"]["momentum_correction_accum"] = {
+        "optimizer_kwargs": {"mask_score": "accum", "momentum_correction": True, "betas": [0.5, 0.95]}, "best_lr": 2.5e-4}
+    path.write_text(json.dumps(doc))
+    m = comm_long._committed_methods(path, warmup_steps=300)
+    mc = m["scape99_momentum_correction"]
+    assert mc["lr"] == 2.5e-4 and mc["optimizer_kwargs"] == {"sparsity": 0.99, "mask_score": "accum",
+                                                            "momentum_correction": True, "betas": (0.5, 0.95)}
+
+
+def test_merge_long_adds_methods_and_compares_the_dense_rerun():
+    val = {"adams": {0: {250: 2.0}, 1: {250: 2.2}}, "scape99": {0: {250: 2.2}, 1: {250: 2.42}}}
+    old = {"steps": 250, "seeds": [0, 1], "methods": {"adams": {}, "scape99": {}}, **comm_long.summarize(val, [0, 1]),
+           "bytes_vs_dense": {"adams": 1.0, "scape99": 0.01}, "runs": {"a": 1}, "wall_s": 10.0, "notes": ["n"]}
+    new_val = {"adams": {0: {250: 2.0}, 1: {250: 2.25}}, "mc": {0: {250: 2.1}, 1: {250: 2.25}}}
+    new = {"steps": 250, "seeds": [0, 1], "methods": {"adams": {}, "mc": {}}, **comm_long.summarize(new_val, [0, 1]),
+           "bytes_vs_dense": {"adams": 1.0, "mc": 0.02}, "runs": {"b": 2}, "wall_s": 5.0, "methods_run": ["adams", "mc"]}
+    out = comm_long.merge_long(old, new)
+    assert set(out["methods"]) == {"adams", "scape99", "mc"} and out["runs"] == {"a": 1, "b": 2}
+    assert out["val_loss"]["adams"] == old["val_loss"]["adams"] and out["gap"]["scape99"] == old["gap"]["scape99"]
+    assert out["gap"]["mc"]["250"]["per_seed"] == pytest.approx([0.05, 0.0])  # against its own dense re-run
+    assert out["adams_rerun_max_abs_diff"] == pytest.approx(0.05) and out["wall_s"] == 15.0
+    assert "methods_run" not in out and out["notes"][0] == "n" and "mc" in out["notes"][1]
+    assert comm_long.merge_long(old, {**new, "methods_run": None}) is not old  # a full run replaces the block
+    assert comm_long.merge_long(old, {**new, "steps": 500})["steps"] == 500

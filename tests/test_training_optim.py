@@ -382,7 +382,7 @@ def _momentum_corrected_reference(grads, *, lr, beta1, beta2, eps, wd, k, maskin
                 if masking:
                     u[j] = 0.0
                 m_bar = V / tau
-                d = math.sqrt(beta2 * m[j] ** 2 + (1 - beta2) * m_bar**2) + eps
+                d = max(math.sqrt(beta2 * m[j] ** 2 + (1 - beta2) * m_bar**2), abs(m_bar)) + eps
                 p[j] = p[j] * (1 - lr * wd) ** tau - lr * V / d
                 m[j], last[j] = m_bar, t
         mask = sorted(sorted(range(n), key=lambda j: -abs(m[j]))[:k])
@@ -427,7 +427,7 @@ def test_scape_momentum_correction_matches_the_equations_by_hand(masking, bias_c
 
 def test_scape_momentum_correction_without_sparsity_is_adams_with_the_momentum_in_the_normalizer():
     # k = n, no masking: mean_k u_k is the global first moment, tau = 1, V = m_t; the update is AdamS's with
-    # g_t**2 replaced by m_t**2 in the denominator (the global gradient never travels)
+    # g_t**2 replaced by m_t**2 in the denominator (the global gradient never travels), floored at |m_t|
     torch.manual_seed(3)
     p = torch.nn.Parameter(torch.randn(5))
     opt = SCAPE([p], lr=0.02, betas=(0.8, 0.9), weight_decay=0.0, bias_correction=False, sparsity=0.0,
@@ -439,8 +439,8 @@ def test_scape_momentum_correction_without_sparsity_is_adams_with_the_momentum_i
         opt.step()
         m_prev = m.clone()
         m = 0.8 * m + 0.2 * g
-        second = g if t == 1 else m  # step 1 is the dense AdamS step
-        q = q - 0.02 * m / ((0.9 * m_prev**2 + 0.1 * second**2).sqrt() + 1e-8)
+        denom = (0.9 * m_prev**2 + 0.1 * (g if t == 1 else m) ** 2).sqrt()  # step 1 is the dense AdamS step
+        q = q - 0.02 * m / ((denom if t == 1 else torch.maximum(denom, m.abs())) + 1e-8)
         assert torch.allclose(p.detach(), q, atol=1e-6), t
 
 
@@ -486,6 +486,8 @@ def test_scape_momentum_correction_state_dict_round_trip():
         (dict(momentum_correction=True, error_feedback=True), "momentum_correction"),
         (dict(momentum_correction=True, unmasked="zero_grad"), "momentum_correction"),
         (dict(momentum_masking="yes"), "momentum_masking"),
+        (dict(mask_score="accum"), "mask_score"),  # needs momentum correction
+        (dict(mask_score="accum", momentum_correction=True, mask_sync="local"), "mask_score"),
         (dict(lr=-0.1), "lr"),
         (dict(betas=(0.9, 1.0)), "betas[1]"),
     ],
@@ -515,6 +517,7 @@ _CONFIGS = {
     "tensor_local": (dict(sparsity=0.75, mask_sync="local"), True),
     "tensor_m_ef": (dict(sparsity=0.75, error_feedback=True, mask_score="m_ef"), False),
     "tensor_momentum_correction": (dict(sparsity=0.75, momentum_correction=True, explore=0.5, seed=3), True),
+    "tensor_accum": (dict(sparsity=0.75, momentum_correction=True, mask_score="accum", mask_encoding="indices"), False),
 }
 _STEPS = 6
 _B = 6  # rows per rank
