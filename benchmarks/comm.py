@@ -1,6 +1,7 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|bytes_curve|time|time_profile|long_run] [--workdir DIR]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|training_variants|bytes_curve|time|time_profile|long_run]
+                              [--workdir DIR] [--variants METHOD:VARIANT ...] [--long-methods NAME ...]
 
 A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
 the other parts' keys kept. ``bytes_curve`` is :mod:`benchmarks.comm_bytes` (GIFT's error against its
@@ -63,6 +64,12 @@ Training (``training``)
     SCAPE's dense first step and mask indices included), ``bytes_vs_dense`` (over the fp32 all-reduce
     payload ``4 n``), ``step_s`` (median), ``ranks``, ``steps``, ``lr``, and for SCAPE
     ``mask_coverage`` (fraction of coordinates ever selected) and the byte breakdown.
+
+Variants alone (``--part training_variants --variants scape99:momentum_correction_accum ...``)
+    Tunes only the named SCAPE variants (each over its own grid, by the same rule) and folds them into
+    the file's training part: each method's best variant is re-chosen over the old and the new ones.
+    The names may also be ablations (``Settings.scape90_ablations`` / ``scape99_ablations``), which go
+    to ``training_detail.tuning.<method>.ablations`` and are never a method's row (they send every value).
 
 ``goals`` lists every goal of issue 6 with its measured value and whether it is met. Timings come from
 a shared 2-core machine: read ratios, not absolute times.
@@ -172,6 +179,17 @@ class Settings:
         "momentum_correction_accum_no_masking": ({"mask_score": "accum", "mask_sync": "all_gather", "mask_encoding": "indices",
                                                   "betas": (0.5, 0.95), "momentum_correction": True, "momentum_masking": False},
                                                  (2.5e-4, 5e-4, 1e-3)),
+    })
+    # ablations (never a method's row: they send every value): the best mask variant with unmasked="freeze_dense_m",
+    # the whole gradient all-reduced and m exactly dense AdamS's, only the masked coordinates moving. Run with
+    # --part training_variants; they isolate what updating 10% / 1% of the coordinates per step costs.
+    scape90_ablations: dict = field(default_factory=lambda: {
+        "dense_m": ({"explore": 1.0, "mask_sync": "local", "betas": (0.5, 0.95), "unmasked": "freeze_dense_m"},
+                    (8e-3, 1.2e-2, 1.6e-2)),
+    })
+    scape99_ablations: dict = field(default_factory=lambda: {
+        "dense_m": ({"explore": 0.2, "mask_sync": "local", "betas": (0.5, 0.95), "unmasked": "freeze_dense_m"},
+                    (8e-3, 1.6e-2, 3.2e-2)),
     })
     methods: tuple[str, ...] = ("fp32", "fp8", "fp8_ef", "gift_fp8", "gift_fp8_rank0", "adams", "scape90", "scape99")
     parallel_launch: bool = False  # quick mode only: start the runs together (timings then meaningless)
@@ -911,16 +929,20 @@ def run_training_variants(s: Settings, workdir: Path, only: dict[str, list[str]]
     runner = _Runner(s, workdir)
     tuning: dict[str, dict] = {}
     rows: dict[str, dict] = {}
+    ablations: dict[str, dict] = {}
     for name, variants in only.items():
-        table = getattr(s, f"{name}_variants")
+        table, abl = getattr(s, f"{name}_variants"), getattr(s, f"{name}_ablations")
         for v in variants:
-            if v not in table:
-                raise KeyError(f"{name} has no variant {v!r}; known: {', '.join(table)}")
-            kwargs, lrs = table[v]
+            if v not in table and v not in abl:
+                raise KeyError(f"{name} has no variant or ablation {v!r}; known: {', '.join([*table, *abl])}")
+            kwargs, lrs = table[v] if v in table else abl[v]
             lr, by_lr = _tune(runner, f"{name}_{v}", lrs, _scape_spec(_SPARSITY[name], kwargs), s.extend_edges)
-            tuning.setdefault(name, {})[v] = _variant_entry(kwargs, lr, by_lr)
-            rows.setdefault(name, {})[v] = dict(by_lr[lr], variant=v)
-    return {"tuning": tuning, "rows": rows, "runs": runner.results, "run_order": runner.order}
+            if v in table:
+                tuning.setdefault(name, {})[v] = _variant_entry(kwargs, lr, by_lr)
+                rows.setdefault(name, {})[v] = dict(by_lr[lr], variant=v)
+            else:
+                ablations.setdefault(name, {})[v] = _variant_entry(kwargs, lr, by_lr)
+    return {"tuning": tuning, "ablations": ablations, "rows": rows, "runs": runner.results, "run_order": runner.order}
 
 
 def run_training(s: Settings, workdir: Path, gift_damping: float) -> tuple[dict, dict, dict]:
@@ -1173,6 +1195,8 @@ def fold_variants(doc: dict, new: dict) -> None:
             row = dict(new["rows"][name][best])
             row["bytes_vs_dense_fp32_run"] = row["bytes_per_step"] / dense if dense else None
             training[name] = row
+    for name, entries in new.get("ablations", {}).items():  # kept apart: never a method's row
+        detail["tuning"][name].setdefault("ablations", {}).update(entries)
     detail["runs"] = {**detail.get("runs", {}), **new["runs"]}
     detail["run_order"] = [*detail.get("run_order", []), *new["run_order"]]
 

@@ -16,10 +16,11 @@ exponential sparsity warm-up (``sparsity_warmup``: 75%, 93.75%, 98.4%, 99% over 
 ``warmup_fraction`` of the run) to SCAPE-99's best variant, at its rate.
 
 ``scape99_momentum_correction`` is SCAPE-99 with Deep Gradient Compression's momentum correction and
-momentum factor masking (``momentum_correction``, ``mask_score="accum"``), at the rate its own grid chose.
+momentum factor masking (``momentum_correction``, ``mask_score="accum"``), ``scape90_momentum_correction``
+SCAPE-90 with them on its random mask, each at the rate its own grid chose.
 ``--long-methods`` runs only some methods (dense AdamS always runs, as the reference of the gaps); the
 file's other methods are kept, and the re-run dense AdamS is compared with the committed one
-(``adams_rerun_max_abs_diff``: 0 when the runs are deterministic, as they are on this CPU).
+(``adams_rerun_max_abs_diff``); the new methods' gaps are to that re-run (``gap_reference``).
 
 JSON (``long_run``): ``steps``, ``seeds``, ``methods`` (name -> optimizer, kwargs, lr, source), ``val_loss``
 (name -> checkpoint step -> per-seed list), ``gap`` (name -> step -> mean relative gap to dense AdamS over
@@ -61,32 +62,41 @@ def _committed_methods(path: Path, warmup_steps: int) -> dict[str, dict]:
     w["optimizer_kwargs"] = {**w["optimizer_kwargs"], "sparsity_warmup": warmup_steps}
     w["source"] = out["scape99"]["source"] + f" + sparsity_warmup={warmup_steps}"
     out["scape99_warmup"] = w
-    # DGC's momentum correction (with its top-|accumulator| mask), at its own tuned rate, when it was tuned
-    mc = tuning["scape99"]["variants"].get("momentum_correction_accum")
-    if mc is not None:
-        kwargs = {k: (tuple(v) if k == "betas" else v) for k, v in mc["optimizer_kwargs"].items()}
-        out["scape99_momentum_correction"] = {
-            "lr": float(mc["best_lr"]), "optimizer": "scape", "optimizer_kwargs": {"sparsity": 0.99, **kwargs},
-            "source": f"{path.name} training_detail.tuning.scape99: variant momentum_correction_accum, lr {mc['best_lr']:g} (400 steps)"}
+    # DGC's momentum correction (99%: with DGC's top-|accumulator| mask; 90%: the random mask), each at its
+    # own tuned rate, when it was tuned
+    for name, sparsity, variant in (("scape90", 0.9, "momentum_correction"), ("scape99", 0.99, "momentum_correction_accum")):
+        mc = tuning[name]["variants"].get(variant)
+        if mc is not None:
+            kwargs = {k: (tuple(v) if k == "betas" else v) for k, v in mc["optimizer_kwargs"].items()}
+            out[f"{name}_momentum_correction"] = {
+                "lr": float(mc["best_lr"]), "optimizer": "scape", "optimizer_kwargs": {"sparsity": sparsity, **kwargs},
+                "source": f"{path.name} training_detail.tuning.{name}: variant {variant}, lr {mc['best_lr']:g} (400 steps)"}
     return out
 
 
 def merge_long(old: dict | None, new: dict) -> dict:
-    """``new`` (some methods) folded into the committed ``old`` block (same steps and seeds): methods, losses,
-    gaps, bytes and runs added; the gaps of ``new`` are against its own dense AdamS run."""
+    """``new`` (some methods beside a dense AdamS re-run) folded into the committed ``old`` block (same steps
+    and seeds): methods, losses, gaps, bytes and runs added. The gaps of ``new`` are against its own dense
+    re-run, kept as ``val_loss["adams_beside_<method>"]`` (runs ``adams_beside_<method>_seed<s>``) and named in
+    ``gap_reference``; ``adams_rerun_max_abs_diff`` compares the re-run with the committed dense AdamS."""
     if not old or not new.get("methods_run") or old.get("steps") != new["steps"] or old.get("seeds") != new["seeds"]:
         return new
-    out = dict(old)
-    out.pop("methods_run", None)
-    for key in ("methods", "val_loss", "gap", "bytes_vs_dense", "runs"):
-        out[key] = {**old.get(key, {}), **new.get(key, {})}
-    a_old, a_new = old["val_loss"]["adams"], new["val_loss"]["adams"]
-    out["val_loss"]["adams"] = a_old
-    out["adams_rerun_max_abs_diff"] = max(abs(x - y) for t in a_old for x, y in zip(a_old[t], a_new.get(t, a_old[t])))
-    out["wall_s"] = old.get("wall_s", 0.0) + new["wall_s"]
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in old.items()}
     added = [m for m in new["methods_run"] if m != "adams"]
-    out["notes"] = [*old.get("notes", []), f"{', '.join(added)}: run later beside a re-run of dense AdamS (their gaps are "
-                    "to that re-run; adams_rerun_max_abs_diff compares it with the committed dense AdamS)"]
+    ref = f"adams_beside_{'_'.join(added)}"
+    for key in ("methods", "gap", "bytes_vs_dense"):
+        out[key].update({m: v for m, v in new[key].items() if m != "adams"})
+    out["val_loss"].update({m: new["val_loss"][m] for m in added})
+    out["val_loss"][ref] = new["val_loss"]["adams"]
+    out["runs"].update({(k.replace("adams_", f"{ref}_", 1) if k.startswith("adams_seed") else k): v for k, v in new["runs"].items()})
+    out["gap_reference"] = {**old.get("gap_reference", {}), **dict.fromkeys(added, ref)}
+    a_old, a_new = old["val_loss"]["adams"], new["val_loss"]["adams"]
+    out["adams_rerun_max_abs_diff"] = {**old.get("adams_rerun_max_abs_diff", {}),
+                                       ref: max(abs(x - y) for t in a_old for x, y in zip(a_old[t], a_new.get(t, a_old[t])))}
+    out["wall_s"] = old.get("wall_s", 0.0) + new["wall_s"]
+    out["notes"] = [*old.get("notes", []), f"{', '.join(added)}: run later beside a re-run of dense AdamS ({ref}); "
+                    "their gaps are to that re-run (gap_reference)"]
+    out.pop("methods_run", None)
     return out
 
 

@@ -444,6 +444,31 @@ def test_scape_momentum_correction_without_sparsity_is_adams_with_the_momentum_i
         assert torch.allclose(p.detach(), q, atol=1e-6), t
 
 
+def test_scape_dense_m_ablation_keeps_dense_adams_moment_and_moves_only_masked_coordinates():
+    torch.manual_seed(5)
+    p = torch.nn.Parameter(torch.randn(12))
+    q = torch.nn.Parameter(p.detach().clone())
+    opt = SCAPE([p], lr=0.03, weight_decay=0.1, sparsity=0.75, explore=0.5, mask_sync="local", unmasked="freeze_dense_m")
+    ref = AdamS([q], lr=0.03, weight_decay=0.1)
+    for t in range(1, 7):
+        g = torch.randn(12)
+        p.grad, q.grad = g.clone(), g.clone()
+        before = p.detach().clone()
+        mask = opt.mask(p, "next")
+        opt.step()
+        ref.step()
+        assert torch.equal(opt.state[p]["exp_avg"], ref.state[q]["exp_avg"])  # m is dense AdamS's, exactly
+        moved = p.detach() != before
+        if t > 1:
+            assert not moved[~mask].any() and moved[mask].all()
+            assert opt.last_stats.k == 12 and opt.last_stats.value_bytes == 48  # every value travelled
+        else:
+            assert torch.equal(p.detach(), q.detach())
+    with pytest.raises(OptimizerConfigError) as err:
+        SCAPE([_param([1.0, 2.0])], unmasked="freeze_dense_m", error_feedback=True)
+    assert err.value.param == "unmasked"
+
+
 def test_scape_momentum_correction_state_dict_round_trip():
     torch.manual_seed(4)
     model = torch.nn.Linear(8, 4)
