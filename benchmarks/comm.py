@@ -1139,6 +1139,9 @@ def main(argv=None) -> None:
         method, sep, variant = item.partition(":")
         if not sep or method not in _SPARSITY:
             p.error(f"--variants {item!r}: expected METHOD:VARIANT with METHOD one of {', '.join(_SPARSITY)}")
+        known = [*getattr(FULL, f"{method}_variants"), *getattr(FULL, f"{method}_ablations")]
+        if variant not in known:
+            p.error(f"--variants {item!r}: {method} has no variant or ablation {variant!r}; known: {', '.join(known)}")
         variants.setdefault(method, []).append(variant)
     s = QUICK if a.quick else FULL
     result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep,

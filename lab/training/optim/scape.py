@@ -206,7 +206,7 @@ def _check_scape_options(o: dict[str, Any]) -> None:
     if o["momentum_correction"] and o["error_feedback"]:
         bad("momentum_correction", "False with error_feedback=True (the momentum accumulator keeps the unsent mass)")
     if o["momentum_correction"] and o["unmasked"] != "freeze":
-        bad("momentum_correction", "False with unmasked='zero_grad' (the accumulator assumes frozen coordinates)")
+        bad("momentum_correction", "False unless unmasked='freeze' (the accumulator assumes frozen coordinates, updated from it alone)")
 
 
 class ScapeConfig(BaseModel):
