@@ -101,8 +101,8 @@ momentum it missed. Here, every step, on every rank::
 The normalizer is AdamS's with the (never communicated) global gradient ``g_t`` replaced by the mean
 momentum ``m_bar`` of the gap, floored at ``|m_bar|`` so that one catch-up moves a coordinate by at most
 ``tau lr``, about what ``tau`` dense AdamS steps of unit-normalized momentum move it (without the floor, a
-coordinate whose last ``m`` was small takes a lump of up to ``tau lr / sqrt(1 - beta2)``, 4.5x that); ``m`` (replicated, the mask
-score) holds each coordinate's ``m_bar`` of its last update. ``mask_score="accum"`` ranks instead by
+coordinate whose last ``m`` was small takes a lump of up to ``tau lr / sqrt(1 - beta2)``, 4.5x that);
+``m`` (replicated, the mask score) holds each coordinate's ``m_bar`` of its last update. ``mask_score="accum"`` ranks instead by
 DGC's own criterion, the owner's ``|v_k|`` (needs ``mask_sync="all_gather"``: accumulators differ
 across ranks). With masking, ``u_k`` restarts at zero after each send, and ``c = 1 - beta1**age`` (``age``:
 steps since the restart; ``1 - beta1**t`` without masking; 1 when the group has ``bias_correction=False``)
@@ -926,22 +926,22 @@ class SCAPE(torch.optim.Optimizer):
             sc["mask"] = G
             cuts = torch.searchsorted(G, self._offsets_t).tolist()
             local_idx = [G[cuts[i] : cuts[i + 1]] - self._offsets[i] for i in range(len(self._params))]
-            values = torch.empty(G.numel(), dtype=self._params[0].dtype, device=self._params[0].device)
             if self.unmasked == "freeze_dense_m":  # the ablation: every gradient value travels
                 values = torch.cat(flat)
-                flat = []
-            if self.momentum_correction:
-                flat = self._accumulate_momentum(flat, t)
-            for i, (e, li) in enumerate(zip(flat, local_idx)):
-                values[cuts[i] : cuts[i + 1]] = e[li]
+            else:
+                values = torch.empty(G.numel(), dtype=self._params[0].dtype, device=self._params[0].device)
                 if self.momentum_correction:
-                    e[li] = 0  # e is the accumulator v_k: what was sent leaves it
-                    if self.momentum_masking:
-                        self.state[self._params[i]]["local_exp_avg"].view(-1)[li] = 0
-                if self.error_feedback:
-                    r = self.state[self._params[i]]["residual"].view(-1)
-                    r.copy_(e)
-                    r[li] = 0
+                    flat = self._accumulate_momentum(flat, t)
+                for i, (e, li) in enumerate(zip(flat, local_idx)):
+                    values[cuts[i] : cuts[i + 1]] = e[li]
+                    if self.momentum_correction:
+                        e[li] = 0  # e is the accumulator v_k: what was sent leaves it
+                        if self.momentum_masking:
+                            self.state[self._params[i]]["local_exp_avg"].view(-1)[li] = 0
+                    if self.error_feedback:
+                        r = self.state[self._params[i]]["residual"].view(-1)
+                        r.copy_(e)
+                        r[li] = 0
 
         t0 = time.perf_counter()
         if self.world_size > 1:
