@@ -24,8 +24,8 @@ Configurations (fixed before this part runs)
 Tuning (the same for every method)
     One hyper-parameter, the peak learning rate, on a log scale, with a budget of ``budget`` training
     runs at the tuning seed, all from the same start grid (:func:`search_lr`: the best point at an edge
-    is extended by a factor 2 past it, an interior best is refined halfway in log scale towards its
-    better neighbour; so a grid never ends with its best point on an edge unless the budget ran out,
+    is extended by a factor 2 past it, an interior best is bracketed by bisecting, in log scale, the wider
+    of the two intervals beside it; so a grid never ends with its best point on an edge unless the budget ran out,
     which ``best_on_edge`` reports). The rule picks the lowest final validation loss.
 
 Test
@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "benchmarks" / "results" / "comm.json"
 METHODS = ("fp32", "bf16", "fp8", "gift_fp8", "scape90", "scape99")
 START_GRID = (2e-3, 4e-3, 8e-3)
-BUDGET = 7
+BUDGET = 8
 TUNING_SEED = 0
 TEST_SEEDS = (1, 2, 3)
 
@@ -72,8 +72,9 @@ def search_lr(evaluate: Callable[[float], float], start: Sequence[float] = START
     """Tune one learning rate with a fixed number of evaluations.
 
     Evaluates the ``start`` grid, then, while evaluations are left: if the best rate is the smallest
-    (largest) evaluated, the next is half (twice) it; otherwise the geometric mean of the best and its
-    better neighbour. Ties go to the smaller rate.
+    (largest) evaluated, the next is half (twice) it; otherwise the geometric mean of the best and the
+    neighbour across the wider of the two intervals beside it (equal widths: the better neighbour), so
+    the bracket around the best shrinks on both sides in turn. Ties in loss go to the smaller rate.
 
     Parameters
     ----------
@@ -116,8 +117,12 @@ def search_lr(evaluate: Callable[[float], float], start: Sequence[float] = START
             nxt = lrs[0] / 2
         elif i == len(lrs) - 1:
             nxt = lrs[-1] * 2
-        else:
-            j = i - 1 if loss[lrs[i - 1]] <= loss[lrs[i + 1]] else i + 1
+        else:  # bisect (in log scale) the wider of the two intervals beside the best: a shrinking bracket
+            lo, hi = lrs[i] / lrs[i - 1], lrs[i + 1] / lrs[i]
+            if math.isclose(lo, hi, rel_tol=1e-9):
+                j = i - 1 if loss[lrs[i - 1]] <= loss[lrs[i + 1]] else i + 1
+            else:
+                j = i - 1 if lo > hi else i + 1
             nxt = math.sqrt(lrs[i] * lrs[j])
         run(nxt)
     lrs = sorted(loss)
@@ -189,6 +194,31 @@ def _verdict(ci: list[float] | None) -> str:
     return "not distinguishable from fp32"
 
 
+def summarize(names: Sequence[str], tuned: dict[str, dict], configs: dict[str, dict], test: dict[str, dict[int, dict]],
+              seeds: Sequence[int]) -> list[dict]:
+    """The ``table`` rows: per method its tuned rate and budget, test loss (mean, per seed, 95% t interval),
+    validation loss, bytes and, but for ``fp32``, the paired relative difference to ``fp32`` by seed with
+    its interval and verdict. ``test``: method -> seed -> one run's summary (``test_loss``, ``val_loss``,
+    ``bytes_vs_dense``)."""
+    table = []
+    for n in names:
+        per = [test[n][sd]["test_loss"] for sd in seeds]
+        ref = [test["fp32"][sd]["test_loss"] for sd in seeds]
+        rel = [(a - b) / b for a, b in zip(per, ref)]
+        row = {"method": n, "lr": tuned[n]["best_lr"], "tuning_budget": tuned[n]["budget"],
+               "best_on_edge": tuned[n]["best_on_edge"], "exploratory_runs": configs[n]["exploratory_runs"],
+               "test_loss": {"mean": statistics.fmean(per), "per_seed": per, "ci95": t_ci95(per)},
+               "val_loss": {"mean": statistics.fmean(test[n][sd]["val_loss"] for sd in seeds),
+                            "per_seed": [test[n][sd]["val_loss"] for sd in seeds]},
+               "bytes_vs_dense": statistics.fmean(test[n][sd]["bytes_vs_dense"] for sd in seeds)}
+        if n != "fp32":
+            ci = t_ci95(rel)
+            row["vs_fp32"] = {"mean": statistics.fmean(rel), "per_seed": rel, "ci95": ci}
+            row["verdict"] = _verdict(ci)
+        table.append(row)
+    return table
+
+
 def run_fair(methods: Sequence[str] | None = None, *, budget: int = BUDGET, start: Sequence[float] = START_GRID,
              test_seeds: Sequence[int] = TEST_SEEDS, workdir: Path | None = None, committed: Path = COMMITTED,
              settings=None) -> dict:
@@ -227,22 +257,7 @@ def run_fair(methods: Sequence[str] | None = None, *, budget: int = BUDGET, star
         for n in names:
             test[n][seed] = res[f"{n}_seed{seed}"]
         runs.update({f"test/{k}": v for k, v in runner.results.items()})
-    table = []
-    for n in names:
-        per = [test[n][sd]["test_loss"] for sd in test_seeds]
-        ref = [test["fp32"][sd]["test_loss"] for sd in test_seeds]
-        rel = [(a - b) / b for a, b in zip(per, ref)]
-        row = {"method": n, "lr": tuned[n]["best_lr"], "tuning_budget": tuned[n]["budget"],
-               "best_on_edge": tuned[n]["best_on_edge"], "exploratory_runs": configs[n]["exploratory_runs"],
-               "test_loss": {"mean": statistics.fmean(per), "per_seed": per, "ci95": t_ci95(per)},
-               "val_loss": {"mean": statistics.fmean(test[n][sd]["val_loss"] for sd in test_seeds),
-                            "per_seed": [test[n][sd]["val_loss"] for sd in test_seeds]},
-               "bytes_vs_dense": statistics.fmean(test[n][sd]["bytes_vs_dense"] for sd in test_seeds)}
-        if n != "fp32":
-            ci = t_ci95(rel)
-            row["vs_fp32"] = {"mean": statistics.fmean(rel), "per_seed": rel, "ci95": ci}
-            row["verdict"] = _verdict(ci)
-        table.append(row)
+    table = summarize(names, tuned, configs, test, list(test_seeds))
     keep = ("val_loss", "test_loss", "train_loss", "bytes_per_step", "bytes_vs_dense", "step_s", "wall_s", "lr",
             "optimizer", "comm", "optimizer_kwargs", "mask_coverage")
     return {

@@ -107,3 +107,16 @@ def test_spec_helpers_and_the_deprecated_eigenpairs_alias():
     assert spec.gift.n_eigenpairs == 8 and any(issubclass(w.category, DeprecationWarning) for w in caught)
     scape = optimizer_from_name("scape", {"sparsity": 0.9, "betas": (0.9, 0.95)})
     assert isinstance(scape, ScapeOptimizer) and scape.kwargs() == {"betas": (0.9, 0.95), "sparsity": 0.9}
+
+
+def test_test_split_settings_are_checked_and_fingerprinted(tmp_path):
+    with pytest.raises(ValidationError, match="eval_test needs test_plays"):
+        TrainConfig(run_dir=tmp_path / "r", eval_test=True)
+    with pytest.raises(ValidationError, match=r"test_plays \['hamlet'\] are also in val_plays"):
+        TrainConfig(run_dir=tmp_path / "r", test_plays=["hamlet", "macbeth"])
+    plain = TrainConfig(run_dir=tmp_path / "r")
+    held = TrainConfig(run_dir=tmp_path / "r", test_plays=["macbeth"], eval_test=True)
+    model = GPTConfig(vocab_size=85)
+    assert "test_plays" not in _fingerprint(plain, model)  # earlier checkpoints still resume
+    assert _fingerprint(held, model)["test_plays"] == ["macbeth"]  # another training stream: no resume across
+    assert TrainConfig.model_validate_json(held.model_dump_json()) == held

@@ -145,3 +145,19 @@ def test_sampler_refuses_impossible_requests():
         s.offsets(1, 2)
     with pytest.raises(td.DataConfigError, match="step"):
         s.offsets(-1, 0)
+
+
+def test_test_split_is_held_out_of_training_and_disjoint_from_validation(plays):
+    c = td.TextCorpus(texts=plays, test_plays=td.TEST_PLAYS)
+    assert c.test_plays == sorted(td.TEST_PLAYS) and c.val_plays == sorted(td.VALIDATION_PLAYS)
+    assert len(c.train_plays) == 34 and not set(c.train_plays) & (set(td.TEST_PLAYS) | set(td.VALIDATION_PLAYS))
+    assert len(c.test_tokens) == sum(len(plays[n]) for n in c.test_plays) + len(td.SEPARATOR) * 3
+    assert len(c.train_tokens) + len(c.test_tokens) + len(td.SEPARATOR) * 4 == 4_455_420 + len(td.SEPARATOR) * 3
+    assert c.tokenizer.vocab_size == 85 and c.n_unknown_test == 0
+    train_text = c.tokenizer.decode(c.train_tokens)
+    assert plays["macbeth"][1000:1200] not in train_text and plays["lear"][1000:1200] in train_text
+    assert len(td.TextCorpus(texts=plays).test_tokens) == 0  # no test split unless one is named
+    with pytest.raises(td.DataConfigError, match=r"\['hamlet'\] are in both"):
+        td.split_plays(plays, td.VALIDATION_PLAYS, ["hamlet", "macbeth"])
+    with pytest.raises(td.DataConfigError, match=r"test plays \['macbeth_ii'\]"):
+        td.split_plays(plays, td.VALIDATION_PLAYS, ["macbeth_ii"])
