@@ -72,6 +72,12 @@ Variants alone (``--part training_variants --variants scape99:momentum_correctio
     The names may also be ablations (``Settings.scape90_ablations`` / ``scape99_ablations``), which go
     to ``training_detail.tuning.<method>.ablations`` and are never a method's row (they send every value).
 
+Fair table (``--part training_fair``, :mod:`benchmarks.comm_fair`)
+    The training table again with one learning-rate budget and search rule for every method (fp32, BF16,
+    FP8, GIFT-FP8, SCAPE-90, SCAPE-99, each at the configuration this part chose), the test plays
+    (:data:`lab.training.data.TEST_PLAYS`) held out of every run's training and evaluated only after
+    tuning, over three fresh seeds, with paired intervals to fp32 (``training_fair``).
+
 ``goals`` lists every goal of issue 6 with its measured value and whether it is met. Timings come from
 a shared 2-core machine: read ratios, not absolute times.
 """

@@ -141,3 +141,24 @@ def test_quick_run_evaluates_the_test_split_only_in_the_test_runs(tmp_path):
     ref = f["table"][0]["test_loss"]["per_seed"]
     assert fp8["vs_fp32"]["per_seed"] == pytest.approx([(a - b) / b for a, b in zip(fp8["test_loss"]["per_seed"], ref)])
     assert f["floors"]["uniform"] == pytest.approx(math.log(85)) and f["floors"]["unigram"] < f["floors"]["uniform"]
+
+
+def test_the_committed_fair_table_holds_what_the_readme_quotes():
+    f = json.loads(comm_fair.COMMITTED.read_text())["training_fair"]
+    assert f["methods_run"] == list(comm_fair.METHODS) and f["protocol"]["budget"] == 8
+    assert f["protocol"]["test_seeds"] == [1, 2, 3] and comm_fair.TUNING_SEED not in f["protocol"]["test_seeds"]
+    rows = {r["method"]: r for r in f["table"]}
+    assert all(r["tuning_budget"] == 8 and not r["best_on_edge"] for r in rows.values())
+    for name, r in rows.items():  # every row is recomputable from its runs
+        per = [f["runs"][f"test/{name}_seed{s}"]["test_loss"] for s in (1, 2, 3)]
+        assert r["test_loss"]["per_seed"] == per
+        assert all(v["test_loss"] is None for k, v in f["runs"].items() if k.startswith(f"tuning/{name}_"))
+        assert r["test_loss"]["mean"] < f["floors"]["unigram"] < f["floors"]["uniform"]
+    readme = (comm_fair.ROOT / "README.md").read_text()
+    assert f"{rows['fp32']['test_loss']['mean']:.3f}" in readme
+    for name in ("scape90", "scape99"):
+        v = rows[name]["vs_fp32"]
+        assert rows[name]["verdict"] == "higher than fp32"
+        assert f"+{100 * v['mean']:.1f}% [{100 * v['ci95'][0]:.1f}, {100 * v['ci95'][1]:.1f}]" in readme
+    for name in ("bf16", "fp8", "gift_fp8"):
+        assert rows[name]["verdict"] == "not distinguishable from fp32"
