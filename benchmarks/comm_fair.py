@@ -263,8 +263,8 @@ def run_fair(methods: Sequence[str] | None = None, *, budget: int = BUDGET, star
     return {
         "protocol": {"steps": s.train_steps, "model": s.train_model, "ranks": s.nproc, "batch_size_per_rank": s.batch_size,
                      "hyper_parameter": "peak learning rate (log scale)", "budget": budget, "start_grid": list(start),
-                     "rule": "search_lr: extend x2 past an edge best, else refine to the geometric mean with the better neighbour; "
-                             "lowest final validation loss wins",
+                     "rule": "search_lr: extend x2 past an edge best, else bisect (log scale) the wider interval beside the best "
+                             "(equal widths: towards the better neighbour); lowest final validation loss wins",
                      "tuning_seed": TUNING_SEED, "test_seeds": list(test_seeds), "test_plays": list(TEST_PLAYS),
                      "interval": "95% Student-t over the test seeds, of the mean or of the paired relative difference to fp32"},
         "floors": floors(TEST_PLAYS),
