@@ -61,7 +61,11 @@ from benchmarks.comm_time import t_ci95
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "benchmarks" / "results" / "comm.json"
-METHODS = ("fp32", "bf16", "fp8", "gift_fp8", "scape90", "scape99")
+METHODS = ("fp32", "bf16", "fp8", "gift_fp8", "fp8_e5m2", "gift_fp8_e5m2", "nvfp4", "gift_nvfp4", "scape90", "scape99")
+#: The lower-precision formats (issue 23, item 3: a regime where Euclidean low precision hurts), each beside
+#: GIFT in the same format: (name, hook, hook keywords beyond GIFT's).
+LOW_PRECISION = (("fp8_e5m2", "fp8", {"fmt": "e5m2"}), ("gift_fp8_e5m2", "gift_fp8", {"fmt": "e5m2"}),
+                 ("nvfp4", "nvfp4", {}), ("gift_nvfp4", "gift_nvfp4", {}))
 START_GRID = (2e-3, 4e-3, 8e-3)
 BUDGET = 8
 TUNING_SEED = 0
@@ -172,10 +176,13 @@ def configurations(path: Path = COMMITTED) -> dict[str, dict]:
     gift = _gift_kwargs(dataclasses.replace(FULL, gift_ema=gk["ema"]), gk["damping"])
     src = f"{path.name} training_detail.tuning"
     out = {}
-    for name, comm, comm_kwargs in (("fp32", "fp32", {}), ("bf16", "bf16", {}), ("fp8", "fp8", {}), ("gift_fp8", "gift_fp8", gift)):
-        out[name] = {"optimizer": "adams", "optimizer_kwargs": dense_kw, "comm": comm, "comm_kwargs": comm_kwargs,
+    dense = (("fp32", "fp32", {}), ("bf16", "bf16", {}), ("fp8", "fp8", {}), ("gift_fp8", "gift_fp8", {}), *LOW_PRECISION)
+    for name, comm, fmt_kwargs in dense:
+        is_gift = comm.startswith("gift")
+        out[name] = {"optimizer": "adams", "optimizer_kwargs": dense_kw, "comm": comm,
+                     "comm_kwargs": {**gift, **fmt_kwargs} if is_gift else dict(fmt_kwargs),
                      "source": f"{src}.adams variant {dv} (beta1)" + (f"; GIFT damping {gk['damping']:g}, ema {gk['ema']:g}"
-                                                                      if name == "gift_fp8" else ""),
+                                                                      if is_gift else ""),
                      "exploratory_runs": runs_of("adams") if name == "fp32" else 0}
     for name, sparsity in (("scape90", 0.9), ("scape99", 0.99)):
         v = tuning[name]["best_variant"]

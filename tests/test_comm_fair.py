@@ -87,8 +87,14 @@ def test_configurations_are_the_committed_choices(tmp_path):
     assert c["gift_fp8"]["comm_kwargs"]["damping"] == 1.0 and c["gift_fp8"]["comm_kwargs"]["ema"] == 0.5
     assert c["scape90"]["optimizer_kwargs"] == {"sparsity": 0.9, "explore": 1.0, "mask_sync": "local"}
     assert c["scape99"]["optimizer_kwargs"] == {"sparsity": 0.99, "explore": 0.2, "betas": (0.5, 0.95)}
+    # the lower formats: the same dense AdamS, the format on the Euclidean hook and on GIFT (with GIFT's settings)
+    assert (c["fp8_e5m2"]["comm"], c["fp8_e5m2"]["comm_kwargs"]) == ("fp8", {"fmt": "e5m2"})
+    assert (c["nvfp4"]["comm"], c["nvfp4"]["comm_kwargs"]) == ("nvfp4", {})
+    assert c["gift_fp8_e5m2"]["comm"] == "gift_fp8" and c["gift_fp8_e5m2"]["comm_kwargs"] == {**c["gift_fp8"]["comm_kwargs"], "fmt": "e5m2"}
+    assert c["gift_nvfp4"]["comm"] == "gift_nvfp4" and c["gift_nvfp4"]["comm_kwargs"] == c["gift_fp8"]["comm_kwargs"]
+    assert all(c[m]["optimizer_kwargs"] == c["fp32"]["optimizer_kwargs"] for m in ("fp8_e5m2", "gift_fp8_e5m2", "nvfp4", "gift_nvfp4"))
     # the runs the committed exploration spent: AdamS's beta1 (6), SCAPE's variants (4; 5), none for the codecs
-    assert [c[m]["exploratory_runs"] for m in comm_fair.METHODS] == [6, 0, 0, 0, 4, 5]
+    assert [c[m]["exploratory_runs"] for m in comm_fair.METHODS] == [6, 0, 0, 0, 0, 0, 0, 0, 4, 5]
     assert "variant explore" in c["scape99"]["source"]
     with pytest.raises(FileNotFoundError, match="--part training"):
         comm_fair.configurations(tmp_path / "missing.json")
