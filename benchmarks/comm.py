@@ -1,6 +1,6 @@
 """Gradient communication: codecs on real GPT gradients, and 2-rank training with each method.
 
-    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|training_variants|training_fair|bytes_curve|time|time_profile|long_run]
+    python -m benchmarks.comm --out FILE.json [--quick] [--part all|codecs|training|training_variants|training_fair|noise|bytes_curve|time|time_profile|long_run]
                               [--workdir DIR] [--variants METHOD:VARIANT ...] [--long-methods NAME ...] [--fair-methods NAME ...]
 
 A single part (``--part codecs`` etc.) is merged into an existing ``--out`` file: its keys are replaced,
@@ -74,9 +74,14 @@ Variants alone (``--part training_variants --variants scape99:momentum_correctio
 
 Fair table (``--part training_fair``, :mod:`benchmarks.comm_fair`)
     The training table again with one learning-rate budget and search rule for every method (fp32, BF16,
-    FP8, GIFT-FP8, SCAPE-90, SCAPE-99, each at the configuration this part chose), the test plays
+    FP8, GIFT-FP8, FP8 E5M2 and NVFP4 each on the Euclidean hook and on GIFT, SCAPE-90, SCAPE-99, each at the
+    configuration this part chose), the test plays
     (:data:`lab.training.data.TEST_PLAYS`) held out of every run's training and evaluated only after
     tuning, over three fresh seeds, with paired intervals to fp32 (``training_fair``).
+
+Noise scale (``--part noise``, :mod:`benchmarks.comm_noise`)
+    The fair table's fp32 run in one process, with the gradient noise scale and each codec's added variance
+    over the sampling variance at six steps (``noise``): why the lower formats do not hurt at this batch.
 
 ``goals`` lists every goal of issue 6 with its measured value and whether it is met. Timings come from
 a shared 2-core machine: read ratios, not absolute times.
@@ -1121,6 +1126,10 @@ def run(s: Settings, part: str = "all", workdir: Path | None = None, keep: bool 
 
         result["training_fair"] = run_fair(fair_methods, workdir=workdir, settings=s if s.quick else None,
                                            **({"budget": 3, "start": (2e-3, 4e-3), "test_seeds": (1, 2)} if s.quick else {}))
+    if part == "noise":  # about a minute; reads the committed training_fair block: never part of "all"
+        from benchmarks.comm_noise import run_noise
+
+        result["noise"] = run_noise(s if s.quick else None)
     if part == "long_run":  # about 4 minutes per run and seed: never part of "all"
         from benchmarks.comm_long import run_long
 
@@ -1135,7 +1144,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one lr, fp32 + fp8 + scape90 (for tests)")
-    p.add_argument("--part", choices=("all", "codecs", "training", "training_variants", "training_fair", "bytes_curve", "time",
+    p.add_argument("--part", choices=("all", "codecs", "training", "training_variants", "training_fair", "noise", "bytes_curve", "time",
                                       "time_profile", "long_run"),
                    default="all",
                    help="one part only (merged into an existing --out file)")
