@@ -15,6 +15,9 @@ suit 400 steps may not suit 3,000): the table says so. ``scape99_warmup`` adds D
 exponential sparsity warm-up (``sparsity_warmup``: 75%, 93.75%, 98.4%, 99% over the first
 ``warmup_fraction`` of the run) to SCAPE-99's best variant, at its rate.
 
+``nvfp4`` is dense AdamS with its gradients all-reduced in NVFP4 (:mod:`lab.training.comm.codecs`, 0.14 of
+fp32's bytes), at dense AdamS's rate: issue 23 item 3 asks whether Euclidean low precision hurts anywhere.
+
 ``scape99_momentum_correction`` is SCAPE-99 with Deep Gradient Compression's momentum correction and
 momentum factor masking (``momentum_correction``, ``mask_score="accum"``), ``scape90_momentum_correction``
 SCAPE-90 with them on its random mask, each at the rate its own grid chose.
@@ -58,6 +61,10 @@ def _committed_methods(path: Path, warmup_steps: int) -> dict[str, dict]:
         spec = {"lr": float(t["best_lr"]), "optimizer": "adams" if sparsity is None else "scape",
                 "optimizer_kwargs": kwargs if sparsity is None else {"sparsity": sparsity, **kwargs}}
         out[name] = {**spec, "source": f"{path.name} training_detail.tuning.{name}: variant {v}, lr {t['best_lr']:g} (400 steps)"}
+    # dense AdamS with its gradients all-reduced in NVFP4 (the lowest format here, 9.5% relative error), at dense
+    # AdamS's rate: does a Euclidean error that does not hurt at 400 steps hurt over the long horizon?
+    out["nvfp4"] = {**{k: v for k, v in out["adams"].items() if k != "source"}, "comm": "nvfp4", "comm_kwargs": {},
+                    "source": out["adams"]["source"] + " with comm nvfp4"}
     w = dict(out["scape99"])
     w["optimizer_kwargs"] = {**w["optimizer_kwargs"], "sparsity_warmup": warmup_steps}
     w["source"] = out["scape99"]["source"] + f" + sparsity_warmup={warmup_steps}"

@@ -23,7 +23,10 @@ def _tuning(tmp_path):
 
 def test_settings_are_the_committed_tuned_ones(tmp_path):
     m = comm_long._committed_methods(_tuning(tmp_path), warmup_steps=300)
-    assert list(m) == ["adams", "scape90", "scape99", "scape99_warmup"]
+    assert list(m) == ["adams", "scape90", "scape99", "nvfp4", "scape99_warmup"]
+    assert {k: v for k, v in m["nvfp4"].items() if k not in ("comm", "comm_kwargs", "source")} == \
+        {k: v for k, v in m["adams"].items() if k != "source"}
+    assert (m["nvfp4"]["comm"], m["nvfp4"]["comm_kwargs"]) == ("nvfp4", {})
     assert (m["adams"]["optimizer"], m["adams"]["lr"], m["adams"]["optimizer_kwargs"]) == ("adams", 1e-3, {"betas": (0.7, 0.95)})
     assert m["scape90"]["optimizer_kwargs"] == {"sparsity": 0.9, "explore": 1.0, "mask_sync": "local"}
     assert m["scape99_warmup"]["optimizer_kwargs"] == {**m["scape99"]["optimizer_kwargs"], "sparsity_warmup": 300}
