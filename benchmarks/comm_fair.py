@@ -17,7 +17,8 @@ Configurations (fixed before this part runs)
     Each method is one configuration read from the committed training part
     (``training_detail.tuning`` of ``benchmarks/results/comm.json``): dense AdamS at its chosen beta1 for
     ``fp32`` (the all-reduce hook), ``bf16``, ``fp8`` and ``gift_fp8`` (GIFT with the committed damping and
-    EMA); SCAPE-90 and SCAPE-99 at their chosen mask variant. That exploration (``exploratory_runs``: 9
+    EMA); ``fp8_e5m2``, ``nvfp4`` and their GIFT forms ``gift_fp8_e5m2``, ``gift_nvfp4`` (:data:`LOW_PRECISION`:
+    the same dense AdamS, issue 23 item 3's lower formats); SCAPE-90 and SCAPE-99 at their chosen mask variant. That exploration (``exploratory_runs``: 9
     runs for AdamS's beta1, 12 for SCAPE-90's variants, 27 for SCAPE-99's, none for the codecs) was on
     the validation split too; it favours SCAPE, whose variants got the most runs.
 

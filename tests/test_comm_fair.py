@@ -166,5 +166,9 @@ def test_the_committed_fair_table_holds_what_the_readme_quotes():
         v = rows[name]["vs_fp32"]
         assert rows[name]["verdict"] == "higher than fp32"
         assert f"+{100 * v['mean']:.1f}% [{100 * v['ci95'][0]:.1f}, {100 * v['ci95'][1]:.1f}]" in readme
-    for name in ("bf16", "fp8", "gift_fp8"):
+    for name in ("bf16", "fp8", "gift_fp8", "fp8_e5m2", "gift_fp8_e5m2", "nvfp4", "gift_nvfp4"):
         assert rows[name]["verdict"] == "not distinguishable from fp32"
+        lo, hi = rows[name]["vs_fp32"]["ci95"]
+        assert f"[{100 * lo:.1f}, {100 * hi:.1f}]" in readme
+    # the four lower formats ran later against the same fp32 test runs (the block says where they come from)
+    assert any("fp32's test runs" in n for n in f.get("notes", []))

@@ -147,6 +147,20 @@ def test_resume_refuses_another_configuration(tmp_path):
     train(tiny_config(tmp_path / "r", stop_after=4, tensorboard=False))
     with pytest.raises(CheckpointError, match="another configuration"):
         train(tiny_config(tmp_path / "r", tensorboard=False, batch_size=4))
+    # another peak rate under the same run folder is another trajectory: refused too (a stale benchmark folder
+    # once resumed a run at the wrong rate), and the refusal names the rates
+    with pytest.raises(CheckpointError, match="another configuration.*'lr': 0.003.*'lr': 0.002"):
+        train(tiny_config(tmp_path / "r", tensorboard=False, lr=2e-3))
+
+
+def test_a_checkpoint_from_before_the_schedule_fingerprint_still_resumes():
+    from lab.training.run import _same_configuration
+
+    now = {"seed": 0, "batch_size": 8, "schedule": {"lr": 1e-3, "warmup_steps": 2, "schedule": "cosine", "min_lr_ratio": 0.1}}
+    assert _same_configuration({"seed": 0, "batch_size": 8}, now)
+    assert _same_configuration(dict(now), now)
+    assert not _same_configuration({**now, "schedule": {**now["schedule"], "lr": 2e-3}}, now)
+    assert not _same_configuration({"seed": 1, "batch_size": 8}, now)
 
 
 def test_a_raising_run_records_failed_with_the_error(tmp_path):

@@ -463,11 +463,23 @@ def _complete_checkpoints(config: TrainConfig) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+#: The learning-rate schedule's fields (:func:`lr_at`), part of the fingerprint since checkpoints of one run id
+#: were resumed under another peak rate (a benchmark's stale folder); checkpoints written before carry none.
+_SCHEDULE_KEYS = ("lr", "warmup_steps", "schedule", "min_lr_ratio")
+
+
 def _fingerprint(config: TrainConfig, model_cfg: GPTConfig) -> dict[str, Any]:
-    """What a checkpoint must agree on to be resumed from."""
+    """What a checkpoint must agree on to be resumed from (``steps`` is not in it: a run may be extended)."""
     return {"model": model_cfg.model_dump(), "optimizer": config.optimizer.name, "optimizer_kwargs": config.optimizer_kwargs,
             "comm": config.comm.hook, "comm_kwargs": config.comm_kwargs, "seed": config.seed, "batch_size": config.batch_size,
-            "val_plays": sorted(config.val_plays), **({"test_plays": sorted(config.test_plays)} if config.test_plays else {})}
+            "val_plays": sorted(config.val_plays), **({"test_plays": sorted(config.test_plays)} if config.test_plays else {}),
+            "schedule": {k: getattr(config, k) for k in _SCHEDULE_KEYS}}
+
+
+def _same_configuration(stored: dict[str, Any], current: dict[str, Any]) -> bool:
+    """A checkpoint's fingerprint against this run's; one written before the schedule was fingerprinted is
+    compared without it."""
+    return stored == (current if "schedule" in stored else {k: v for k, v in current.items() if k != "schedule"})
 
 
 def _barrier(world_size: int) -> None:
@@ -518,7 +530,7 @@ class _Run:
             raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from None
         if ck["world_size"] != self.world_size:
             raise CheckpointError(f"checkpoint {d} was written by {ck['world_size']} ranks; this run has {self.world_size}")
-        if ck["fingerprint"] != self.fingerprint:
+        if not _same_configuration(ck["fingerprint"], self.fingerprint):
             raise CheckpointError(f"checkpoint {d} belongs to another configuration: {ck['fingerprint']} != {self.fingerprint}")
         model.load_state_dict(ck["model"])
         optimizer.load_state_dict(ck["optimizer"])
