@@ -42,7 +42,15 @@ Row fields: ``n_eigenpairs``, ``refresh_every``, ``refresh_warmup``, ``selection
 warm-started subspace iteration instead of ``eigh``),
 ``bytes_fraction``, ``side_bytes_per_step``, ``rel_l2_ratio_vs_fp8`` (whole model: Euclidean E4M3's
 relative error / GIFT's, mean over capture steps), ``rel_l2_ratio_vs_fp8_selected`` (the same over the
-selected layers), ``..._min`` (the worst capture step), ``rel_l2`` (GIFT's whole-model error).
+selected layers), ``..._min`` (the worst capture step), ``rel_l2`` (GIFT's whole-model error),
+``output_side`` (False in the two rows ``varied="output_side"``: the paper's input-side form, without the
+Linear layers' ``B``, on the main layers and on every layer; their bytes leave ``B`` out too).
+Rows ``varied="refresh_warmup_all_layers"`` whiten every layer on the shorter warm-ups and carry
+``by_capture`` (the ratios at each capture step): how stale early factors do against Euclidean FP8.
+
+``layer_set_frontier`` (:func:`layer_set_frontier`) scores every subset of the candidate layers at the main
+configuration on the measured run itself: an oracle, not a rule, that says whether any layer set meets the
+three goals together and what caps the whole-model gain.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -208,9 +217,21 @@ class _Schedules:
                 acc.clear()
                 self.version[k] += 1
 
-    def transform(self, k: str, layer: str, rank: int, eigensolver: str = "eigh"):
+    def transform(self, k: str, layer: str, rank: int, eigensolver: str = "eigh", output_side: bool = True):
         """The hook's transform of ``layer`` under schedule ``k`` with ``rank`` eigenpairs (None before a refresh);
-        ``eigensolver="subspace"`` warm-starts from the previous refresh's basis, as the hook does."""
+        ``eigensolver="subspace"`` warm-starts from the previous refresh's basis, as the hook does;
+        ``output_side=False`` drops a Linear layer's left factor ``B`` (the paper's input-side form, the hook's
+        ``GiftConfig(output_side=False)``; an embedding keeps ``S``, its only factor)."""
+        if not output_side:
+            key = (k, layer, self.version[k], "input_side")
+            if key not in self._cache:
+                full = self.transform(k, layer, rank, "eigh")
+                if full is None:
+                    return None
+                self._cache = {kk: v for kk, v in self._cache.items() if (kk[:2], kk[3]) != (key[:2], key[3])}
+                self._cache[key] = {r: (w.input if isinstance(w, KroneckerWhitening) else w)
+                                    for r, w in self._cache[(k, layer, self.version[k], "eigh")].items()}
+            return self._cache[key][rank]
         key = (k, layer, self.version[k], eigensolver)
         if key not in self._cache:
             cov = self.ema_in[k].cov.get(layer)
@@ -263,7 +284,8 @@ def _around(s: BytesSettings, main: tuple[int, int, int]) -> dict[str, tuple[int
 def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: int, fp8, bf16, *, profile: bool,
              subspace: tuple[str, ...] = ()) -> dict:
     """Per capture step: per layer Euclidean / GIFT squared errors and references, per config (and, for the
-    configs in ``subspace``, under ``"<config>+subspace"`` with factors by subspace iteration)."""
+    configs in ``subspace``, under ``"<config>+subspace"`` with factors by subspace iteration and under
+    ``"<config>+input_side"`` without the Linear layers' output-side factor ``B``)."""
     caps = []
     for step in study:
         if not (step == 1 or step % capture_every == 0):
@@ -277,10 +299,12 @@ def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: 
             g = x[:, :-1] if bias else x
             row["upper"], row["lower"] = saturation_rates(fp8, fp8.encode(g), g)
             for name, (r, p, w) in configs.items():
-                for solver in ("eigh", "subspace") if name in subspace else ("eigh",):
-                    wh = study.transform(f"p{p}_w{w}", n, r, solver)
+                variants = ("eigh", "subspace", "input_side") if name in subspace else ("eigh",)
+                for variant in variants:
+                    wh = (study.transform(f"p{p}_w{w}", n, r, "eigh", output_side=False) if variant == "input_side"
+                          else study.transform(f"p{p}_w{w}", n, r, variant))
                     if wh is not None:
-                        key = name if solver == "eigh" else f"{name}+subspace"
+                        key = name if variant == "eigh" else f"{name}+{variant}"
                         row["gift"][key] = _sq(wh.unwhiten(_split_rt(fp8, wh.whiten(x), bias)) - x)
             cap["layers"][n] = row
         for n, g in study.other_params().items():
@@ -291,7 +315,8 @@ def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: 
 
 
 def _row_errors(caps: list[dict], cfg: str, selected: set[str]) -> dict:
-    """Whole-model and selected-layer error ratios (Euclidean / GIFT) per capture, then mean and min."""
+    """Whole-model and selected-layer error ratios (Euclidean / GIFT) per capture, then mean and min;
+    ``by_capture`` holds the per-capture ratios (None where nothing is selected)."""
     whole, sel, gift_rel = [], [], []
     for c in caps:
         ref = sum(v["ref"] for v in c["layers"].values()) + sum(v["ref"] for v in c["other"].values())
@@ -317,7 +342,92 @@ def _row_errors(caps: list[dict], cfg: str, selected: set[str]) -> dict:
         return min(xs) if xs else None
 
     return {"rel_l2_ratio_vs_fp8": mean(whole), "rel_l2_ratio_vs_fp8_min": low(whole),
+            "by_capture": {"step": [c["step"] for c in caps], "rel_l2_ratio_vs_fp8": whole, "rel_l2_ratio_vs_fp8_selected": sel},
             "rel_l2_ratio_vs_fp8_selected": mean(sel), "rel_l2_ratio_vs_fp8_selected_min": low(sel), "rel_l2": mean(gift_rel)}
+
+
+#: the largest candidate set whose every subset :func:`layer_set_frontier` enumerates (2^16 subsets)
+MAX_FRONTIER_LAYERS = 16
+
+
+def layer_set_frontier(caps: list[dict], cfg: str, layers: Sequence[str], bytes_fraction: Callable[[tuple[str, ...]], float],
+                       *, max_bytes: float = 0.27, min_selected: float = 2.0, min_whole: float = 1.5) -> dict:
+    """Every subset of ``layers`` whitened at configuration ``cfg``, scored on the captures themselves.
+
+    Not a selection rule (it looks at the measured run): it answers whether ANY layer set could meet the
+    item-2 goals together (whole-run bytes <= ``max_bytes`` of fp32, codec error >= ``min_selected`` x below
+    Euclidean E4M3 on the selected layers and >= ``min_whole`` x on the whole model, both as
+    :func:`_row_errors` computes them: mean over captures of sqrt(Euclidean / GIFT squared error)), and
+    what bounds the whole-model gain: ``whole_ceiling_without[name]`` is the whole-model gain if every
+    candidate's GIFT error were zero except ``name``'s group, which stays Euclidean.
+
+    Parameters
+    ----------
+    caps : list of dict
+        :func:`_measure`'s captures; every layer in ``layers`` must have ``cfg`` in its ``gift`` errors
+        from some capture on.
+    cfg : str
+        The configuration key (``"r16_p25_w20"``).
+    layers : sequence of str
+        Candidate layers, at most :data:`MAX_FRONTIER_LAYERS`.
+    bytes_fraction : callable
+        Whole-run bytes over fp32's for a tuple of selected layers.
+
+    Returns
+    -------
+    dict
+        ``n_subsets``; ``feasible`` (subsets meeting all three goals, best whole-model gain first);
+        ``best_whole_with_selected_goal`` (the highest whole-model gain among subsets within the bytes with
+        selected gain >= ``min_selected``), ``best_selected_with_whole_goal`` (the converse); each a row
+        with ``selected``, ``bytes_fraction``, ``rel_l2_ratio_vs_fp8``, ``rel_l2_ratio_vs_fp8_selected``
+        (None where no subset qualifies); ``whole_ceiling_without`` (above).
+
+    Raises
+    ------
+    ValueError
+        More than :data:`MAX_FRONTIER_LAYERS` layers, or a layer not in the captures.
+    """
+    layers = tuple(layers)
+    if len(layers) > MAX_FRONTIER_LAYERS:
+        raise ValueError(f"layer_set_frontier enumerates 2^n subsets: {len(layers)} layers > {MAX_FRONTIER_LAYERS}")
+    for n in layers:
+        if not caps or n not in caps[0]["layers"]:
+            raise ValueError(f"layer {n!r} is not in the captures")
+    rows = []
+    for mask in range(1, 1 << len(layers)):
+        chosen = tuple(n for i, n in enumerate(layers) if mask >> i & 1)
+        e = _row_errors(caps, cfg, set(chosen))
+        rows.append({"selected": list(chosen), "bytes_fraction": bytes_fraction(chosen),
+                     "rel_l2_ratio_vs_fp8": e["rel_l2_ratio_vs_fp8"],
+                     "rel_l2_ratio_vs_fp8_selected": e["rel_l2_ratio_vs_fp8_selected"]})
+    fits = [r for r in rows if r["bytes_fraction"] <= max_bytes]
+    sel_ok = [r for r in fits if (r["rel_l2_ratio_vs_fp8_selected"] or 0) >= min_selected]
+    whole_ok = [r for r in fits if (r["rel_l2_ratio_vs_fp8"] or 0) >= min_whole]
+    feasible = sorted((r for r in sel_ok if (r["rel_l2_ratio_vs_fp8"] or 0) >= min_whole),
+                      key=lambda r: -r["rel_l2_ratio_vs_fp8"])
+
+    def ceiling(euclidean: set[str]) -> float:
+        ratios = []
+        for c in caps:
+            eu = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+            left = sum(v["fp8"] for n, v in c["layers"].items() if n in euclidean or n not in layers)
+            left += sum(v["fp8"] for v in c["other"].values())
+            ratios.append(math.sqrt(eu / left) if left > 0 else math.inf)
+        return statistics.fmean(ratios)
+
+    groups = {n: {n} for n in layers}
+    emb = {n for n in layers if n.endswith("_emb")}
+    if emb:
+        groups["embeddings"] = emb
+    return {
+        "oracle": True, "config": cfg, "candidates": list(layers), "n_subsets": len(rows),
+        "goals": {"max_bytes": max_bytes, "min_selected": min_selected, "min_whole": min_whole},
+        "feasible": feasible[:10], "n_feasible": len(feasible),
+        "best_whole_with_selected_goal": max(sel_ok, key=lambda r: r["rel_l2_ratio_vs_fp8"], default=None),
+        "best_selected_with_whole_goal": max(whole_ok, key=lambda r: r["rel_l2_ratio_vs_fp8_selected"], default=None),
+        "whole_ceiling_without": {k: ceiling(v) for k, v in groups.items()},
+        "whole_ceiling_all": ceiling(set()),
+    }
 
 
 def _profile_candidates(caps: list[dict], cfg: str, study: _Schedules, s: BytesSettings, r: int, sched: RefreshSchedule,
@@ -379,17 +489,21 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     study = _Schedules(corpus, s, s.seed, s.train_steps, schedules, s.ranks)
     caps = _measure(study, s, configs, s.capture_every, fp8, bf16, profile=False, subspace=(main,))["captures"]
 
-    def row(cfg: str, selection: str, eigensolver: str = "eigh") -> dict:
+    def row(cfg: str, selection: str, eigensolver: str = "eigh", output_side: bool = True, per_capture: bool = False) -> dict:
         r, p, w = configs[cfg]
         chosen = selections[cfg][selection]
         refreshes = RefreshSchedule(p, w).count(s.train_steps)
-        side = side_bytes_per_refresh([d for layer in chosen for d in study.factor_dims[layer]], r, "rank0") if chosen else 0
+        dims = [d for layer in chosen for d in study.factor_dims[layer][: None if output_side else 1]]
+        side = side_bytes_per_refresh(dims, r, "rank0") if chosen else 0
         side_per_step = side * refreshes / s.train_steps
+        key = cfg if eigensolver == "eigh" else f"{cfg}+{eigensolver}"
         return {"n_eigenpairs": r, "refresh_every": p, "refresh_warmup": w, "selection": selection,
                 "selected": list(chosen), "n_selected": len(chosen), "refreshes": refreshes,
                 "side_bytes_per_refresh": side, "side_bytes_per_step": side_per_step,
                 "bytes_fraction": (fp8_bytes + side_per_step) / fp32_bytes, "eigensolver": eigensolver,
-                **_row_errors(caps, cfg if eigensolver == "eigh" else f"{cfg}+{eigensolver}", set(chosen))}
+                "output_side": output_side,
+                **{k: v for k, v in _row_errors(caps, key if output_side else f"{cfg}+input_side", set(chosen)).items()
+                   if k != "by_capture" or per_capture}}
 
     mr, mp, mw = configs[main]
     rows = []
@@ -401,6 +515,13 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
         rows.append({**row(main, selection), "varied": "selection"})
     # the main configuration with its factors by warm-started subspace iteration (the hook's eigensolver="subspace")
     rows.append({**row(main, "budget", "subspace"), "varied": "eigensolver"})
+    # factors refreshed on the period from step 1 (no warm-up), on every layer: do stale factors do worse than FP8?
+    for cfg, (r, p, w) in configs.items():
+        if (r, p) == (mr, mp) and w != mw:
+            rows.append({**row(cfg, "all", per_capture=True), "varied": "refresh_warmup_all_layers"})
+    # the paper's input-side form (no B on the Linear layers), on the main layers and on every layer
+    for selection in ("budget", "all"):
+        rows.append({**row(main, selection, output_side=False), "varied": "output_side"})
 
     def ref_errors(kind: str) -> float:
         ratios = []
@@ -430,6 +551,11 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
                           "fp8_error_energy_share": statistics.fmean(share),
                           "gain_vs_fp8": statistics.fmean(gains) if gains else None,
                           "factor_dims": study.factor_dims[layer]})
+    def subset_bytes(chosen: tuple[str, ...]) -> float:
+        side = side_bytes_per_refresh([d for layer in chosen for d in study.factor_dims[layer]], mr, "rank0")
+        return (fp8_bytes + side * RefreshSchedule(mp, mw).count(s.train_steps) / s.train_steps) / fp32_bytes
+
+    frontier = layer_set_frontier(caps, main, study.layers, subset_bytes) if len(study.layers) <= MAX_FRONTIER_LAYERS else None
     sat = next(x for x in rows if x["selection"] == "saturation_top25")
     goals = {
         "gift_bytes_goal_bytes_le_0.27": {"goal": "GIFT-FP8 whole-run bytes <= 0.27 of fp32", "value": main_row["bytes_fraction"],
@@ -444,7 +570,7 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     }
     return {
         "rows": rows, "references": refs, "main": {"config": main, **main_row}, "paper_saturation_rule": sat,
-        "per_layer_main_config": per_layer,
+        "per_layer_main_config": per_layer, "layer_set_frontier": frontier,
         "profile": {"seed": s.profile_seed, "steps": s.profile_steps, "whole_model_gain_by_config": profile_gain,
                     "selections": {k: {r: list(v) for r, v in sel.items()} for k, sel in selections.items()}},
         "goals": goals,

@@ -204,3 +204,50 @@ def test_two_rank_gift_low_rank_factors_bit_identical_replicas_and_exact_side_by
     params = list(GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=16)).parameters())
     assert all(r["payload_bytes"] == 2 * sum(p.numel() for p in params) and r["extra_bytes"] == 0
                for r in r0["bf16"]["records"])
+
+
+def _frontier_caps():
+    """Two identical captures: layers a (gain 2), b (gain 2), tok_emb (gain 1.25), one Euclidean LayerNorm."""
+    cfg = "r1_p1_w0"
+    layers = {"a": {"ref": 9.0, "fp8": 4.0, "gift": {cfg: 1.0}}, "b": {"ref": 9.0, "fp8": 1.0, "gift": {cfg: 0.25}},
+              "tok_emb": {"ref": 9.0, "fp8": 4.0, "gift": {cfg: 2.56}}}
+    return cfg, [{"step": s, "layers": layers, "other": {"ln.weight": {"ref": 1.0, "fp8": 1.0}}} for s in (1, 10)]
+
+
+def test_layer_set_frontier_by_hand():
+    """Euclidean squared error 4 + 1 + 4 + 1 = 10. {a, b}: GIFT 1 + .25 + 4 + 1 = 6.25, whole sqrt(1.6), selected
+    sqrt(5 / 1.25) = 2; {a, tok_emb}: 1 + 1 + 2.56 + 1 = 5.56, whole sqrt(10 / 5.56), selected sqrt(8 / 3.56);
+    all three: bytes 0.28 > 0.27, out of the budget. Ceilings: a or the embeddings left Euclidean, sqrt(10 / 5);
+    b, sqrt(10 / 2); none, sqrt(10 / 1)."""
+    import math
+
+    from benchmarks.comm_bytes import layer_set_frontier
+
+    cfg, caps = _frontier_caps()
+    f = layer_set_frontier(caps, cfg, ("a", "b", "tok_emb"), lambda chosen: 0.25 + 0.01 * len(chosen),
+                           max_bytes=0.27, min_selected=2.0, min_whole=1.3)
+    assert f["n_subsets"] == 7 and f["n_feasible"] == 0 and f["feasible"] == []
+    best = f["best_whole_with_selected_goal"]
+    assert best["selected"] == ["a", "b"] and best["bytes_fraction"] == pytest.approx(0.27)
+    assert best["rel_l2_ratio_vs_fp8"] == pytest.approx(math.sqrt(1.6))
+    assert best["rel_l2_ratio_vs_fp8_selected"] == pytest.approx(2.0)
+    conv = f["best_selected_with_whole_goal"]
+    assert conv["selected"] == ["a", "tok_emb"]
+    assert conv["rel_l2_ratio_vs_fp8"] == pytest.approx(math.sqrt(10 / 5.56))
+    assert conv["rel_l2_ratio_vs_fp8_selected"] == pytest.approx(math.sqrt(8 / 3.56))
+    c = f["whole_ceiling_without"]
+    assert c["a"] == pytest.approx(math.sqrt(2)) and c["embeddings"] == pytest.approx(math.sqrt(2))
+    assert c["b"] == pytest.approx(math.sqrt(5)) and f["whole_ceiling_all"] == pytest.approx(math.sqrt(10))
+    # a looser whole-model goal makes {a, b} feasible, and it is the only subset that is
+    loose = layer_set_frontier(caps, cfg, ("a", "b", "tok_emb"), lambda chosen: 0.25 + 0.01 * len(chosen), min_whole=1.2)
+    assert [r["selected"] for r in loose["feasible"]] == [["a", "b"]]
+
+
+def test_layer_set_frontier_refuses_unknown_layers_and_too_many():
+    from benchmarks.comm_bytes import MAX_FRONTIER_LAYERS, layer_set_frontier
+
+    cfg, caps = _frontier_caps()
+    with pytest.raises(ValueError, match="'lm_head' is not in the captures"):
+        layer_set_frontier(caps, cfg, ("a", "lm_head"), lambda chosen: 0.25)
+    with pytest.raises(ValueError, match="2\\^n subsets"):
+        layer_set_frontier(caps, cfg, [f"l{i}" for i in range(MAX_FRONTIER_LAYERS + 1)], lambda chosen: 0.25)
