@@ -204,8 +204,8 @@ def _verdict(ci: list[float] | None) -> str:
 
 def summarize(names: Sequence[str], tuned: dict[str, dict], configs: dict[str, dict], test: dict[str, dict[int, dict]],
               seeds: Sequence[int]) -> list[dict]:
-    """The ``table`` rows: per method its tuned rate and budget, test loss (mean, per seed, 95% t interval),
-    validation loss, bytes and, but for ``fp32``, the paired relative difference to ``fp32`` by seed with
+    """The ``table`` rows: per method its tuned rate and budget, the test ``seeds``, test loss (mean, per seed,
+    95% t interval), validation loss (mean, per seed; ``val_loss_ci95`` its 95% t interval), bytes and, but for ``fp32``, the paired relative difference to ``fp32`` by seed with
     its interval and verdict. ``test``: method -> seed -> one run's summary (``test_loss``, ``val_loss``,
     ``bytes_vs_dense``)."""
     table = []
@@ -213,11 +213,12 @@ def summarize(names: Sequence[str], tuned: dict[str, dict], configs: dict[str, d
         per = [test[n][sd]["test_loss"] for sd in seeds]
         ref = [test["fp32"][sd]["test_loss"] for sd in seeds]
         rel = [(a - b) / b for a, b in zip(per, ref)]
+        val = [test[n][sd]["val_loss"] for sd in seeds]
         row = {"method": n, "lr": tuned[n]["best_lr"], "tuning_budget": tuned[n]["budget"],
                "best_on_edge": tuned[n]["best_on_edge"], "exploratory_runs": configs[n]["exploratory_runs"],
+               "seeds": list(seeds),
                "test_loss": {"mean": statistics.fmean(per), "per_seed": per, "ci95": t_ci95(per)},
-               "val_loss": {"mean": statistics.fmean(test[n][sd]["val_loss"] for sd in seeds),
-                            "per_seed": [test[n][sd]["val_loss"] for sd in seeds]},
+               "val_loss": {"mean": statistics.fmean(val), "per_seed": val}, "val_loss_ci95": t_ci95(val),
                "bytes_vs_dense": statistics.fmean(test[n][sd]["bytes_vs_dense"] for sd in seeds)}
         if n != "fp32":
             ci = t_ci95(rel)

@@ -115,6 +115,9 @@ def test_table_pairs_by_seed_by_hand(tmp_path):
     assert v["per_seed"] == pytest.approx([0.01, 0.01, 0.0]) and v["mean"] == pytest.approx(0.02 / 3)
     assert v["ci95"][0] < 0 < v["ci95"][1] and rows[1]["verdict"] == "not distinguishable from fp32"
     assert rows[1]["bytes_vs_dense"] == 0.25
+    assert rows[0]["seeds"] == [1, 2, 3] and rows[0]["val_loss"]["per_seed"] == [2.1, 2.3, 2.5]
+    vlo, vhi = rows[0]["val_loss_ci95"]  # the same spread as the test loss, around 2.3
+    assert (vlo + vhi) / 2 == pytest.approx(2.3) and vhi - vlo == pytest.approx(hi - lo)
     assert comm_fair._verdict([0.01, 0.02]) == "higher than fp32" and comm_fair._verdict([-0.02, -0.01]) == "lower than fp32"
 
 
@@ -157,7 +160,8 @@ def test_the_committed_fair_table_holds_what_the_readme_quotes():
     assert all(r["tuning_budget"] == 8 and not r["best_on_edge"] for r in rows.values())
     for name, r in rows.items():  # every row is recomputable from its runs
         per = [f["runs"][f"test/{name}_seed{s}"]["test_loss"] for s in (1, 2, 3)]
-        assert r["test_loss"]["per_seed"] == per
+        assert r["test_loss"]["per_seed"] == per and r["seeds"] == [1, 2, 3]
+        assert r["val_loss_ci95"] == pytest.approx(comm_fair.t_ci95(r["val_loss"]["per_seed"]))
         assert all(v["test_loss"] is None for k, v in f["runs"].items() if k.startswith(f"tuning/{name}_"))
         assert r["test_loss"]["mean"] < f["floors"]["unigram"] < f["floors"]["uniform"]
     readme = (comm_fair.ROOT / "README.md").read_text()

@@ -100,10 +100,11 @@ class GiftHookState(CodecHookState):
         Refresh period in steps (artifact: 50).
     refresh_warmup : int
         Refresh at every one of the first ``refresh_warmup`` steps (default 0: the artifact's fixed period).
-        Early in training the model moves fastest and a factor a few steps old can do worse than none: on
-        the benchmark's char-GPT (damping 1.0, EMA 0.5, period 10) GIFT's gain over Euclidean FP8 was
-        0.6-0.9x at steps 3-10 and 17-18 (below 1: worse) and 2.5-6.7x with a refresh every step;
-        from step 30 on the 10-step period holds 1.7-3.3x. The benchmark uses 20 (its learning-rate warm-up).
+        Early in training the model moves fastest and a factor a few steps old can do worse than none: in
+        ``benchmarks.comm``'s bytes curve (rows ``varied="refresh_warmup_all_layers"``: every layer, 16
+        eigenpairs, period 25 from step 1) GIFT's whole-model gain over Euclidean FP8 is 2.55x at step 1,
+        then 0.89x and 0.90x at steps 10 and 20 (below 1: worse); with the 20-step warm-up its worst
+        capture is 1.13x. The benchmark uses 20 (its learning-rate warm-up).
     residual : {"scalar", "diag"}
         See :class:`~lab.training.comm.gift.Whitening`.
     layers : Iterable[str], optional
