@@ -380,7 +380,9 @@ def layer_set_frontier(caps: list[dict], cfg: str, layers: Sequence[str], bytes_
         ``best_whole_with_selected_goal`` (the highest whole-model gain among subsets within the bytes with
         selected gain >= ``min_selected``), ``best_selected_with_whole_goal`` (the converse); each a row
         with ``selected``, ``bytes_fraction``, ``rel_l2_ratio_vs_fp8``, ``rel_l2_ratio_vs_fp8_selected``
-        (None where no subset qualifies); ``whole_ceiling_without`` (above).
+        (None where no subset qualifies); ``whole_ceiling_without`` (above; per candidate, and
+        ``"embeddings"`` for every candidate whose name ends in ``_emb``); ``whole_ceiling_all`` (zero GIFT
+        error on every candidate: only the Euclidean non-candidates, the LayerNorms, remain).
 
     Raises
     ------
