@@ -253,6 +253,27 @@ def test_calibration_of_the_pp_sends_solves_for_the_measured_step():
                                 {"stage_fwd_max": 1e-3, "stage_bwd_max": 1e-3, "update": 1e-3})])
 
 
+def test_calibration_of_the_gradient_sync_solves_one_wait_per_step():
+    bare = _stub_predictor()
+    dp = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, n_micro_batches=2, dp=2,
+                    bucket_cap_mb=0.01)  # several buckets: the wait is once per sync, not per bucket
+    assert next(o for o in decompose(dp) if o.name == "dp_allreduce").calls > 1
+    truth = Calibration({2: {"dp_wait_s": 3e-4}})
+    p0, p1 = bare.predict(dp), LearnedPredictor(bare.primitives, bare.comm, truth).predict(dp)
+    assert p1.grad_sync_s == pytest.approx(p0.grad_sync_s + 3e-4) and p1.total_s == pytest.approx(p0.total_s + 3e-4)
+    assert p1.max_fwd_s == p0.max_fwd_s and p1.update_s == p0.update_s
+    # fitted on top of the compute corrections from the same run's components; the TP and PP runs' keys untouched
+    measured = {"stage_fwd_max": p0.max_fwd_s, "stage_bwd_max": p0.max_bwd_s, "update": p0.update_s, "overall": p1.total_s}
+    cal = Calibration.fit(bare, [(dp, measured)])
+    assert cal.factors[2]["dp_wait_s"] == pytest.approx(3e-4, rel=1e-6) and cal.n_runs == {2: 1}
+    assert cal.forms[2]["dp_wait_s"] == "additive" and "tp_wait_s" not in cal.factors[2]
+    # a single-rank run takes no wait; a step already slower than measured gets 0
+    assert LearnedPredictor(bare.primitives, bare.comm, truth).predict(dp.model_copy(update={"dp": 1})).grad_sync_s == 0.0
+    assert Calibration.fit(bare, [(dp, {**measured, "overall": 1e-6})]).factors[2]["dp_wait_s"] == 0.0
+    with pytest.raises(ValueError, match="overall"):
+        Calibration.fit(bare, [(dp, {**measured, "overall": float("nan")})])
+
+
 def test_calibration_fits_a_shaped_tiers_own_waits_on_top_of_loopbacks():
     bare = _stub_predictor()
     tp = PerfConfig(n_layer=2, d_model=32, n_head=2, seq_len=8, vocab_size=40, n_micro_batches=2, tp=2)

@@ -138,7 +138,7 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
 
 
 #: The additive waits (seconds per call), fitted per tier where a tier has calibration runs.
-_WAITS = ("tp_wait_s", "pp_send_s")
+_WAITS = ("tp_wait_s", "pp_send_s", "dp_wait_s")
 
 
 
@@ -146,7 +146,7 @@ _WAITS = ("tp_wait_s", "pp_send_s")
 def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
                 key: str = "pp_send_s", tier: str = "loopback", hi: float = 0.01) -> float:
     """The seconds added to each call of ``key``'s collective (``"pp_send_s"``: each PP send,
-    ``"tp_wait_s"``: each TP all-reduce) on ``tier``, in ``[0, hi]``, whose calibrated step time is
+    ``"tp_wait_s"``: each TP all-reduce, ``"dp_wait_s"``: each stage's gradient sync) on ``tier``, in ``[0, hi]``, whose calibrated step time is
     ``measured_s`` (bisection: the simulated step only grows with the calls' time); an end of the bracket
     when none inside reaches it. This is the step's whole residual after the calibration so far (waits for
     the other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
@@ -176,18 +176,20 @@ class Calibration:
     """In-situ corrections of the predicted seconds, per ranks sharing the machine.
 
     ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
-    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"tp_wait_s"``, ``"pp_send_s"`` (seconds per
-    call): in a run of ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the
+    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"``
+    (seconds per call): in a run of ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the
     same cores) a forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward
     one's likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
-    ``tp_comm * t + calls * (tp_comm_op_s + tp_wait_s)``, a PP send's ``t + calls * pp_send_s``. The two
-    ``wait`` keys are waits, not rates (the same on a slow link); in fact each is whatever the TP or PP
-    calibration runs' steps leave unexplained. A key
+    ``tp_comm * t + calls * (tp_comm_op_s + tp_wait_s)``, a PP send's ``t + calls * pp_send_s``, a
+    stage's gradient all-reduce (all its buckets) ``t + dp_wait_s``. The three waits are not rates (the
+    same on a slow link): the measured collectives are the last-arriving rank's (min over ranks), and the
+    step also waits for the later rank; in fact each is whatever the TP, PP or DP calibration runs' steps
+    leave unexplained. A key
     missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
     offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
     leave-one-out error over the calibration runs (%), which chose it. ``tier_factors[tier][world]`` holds
-    the waits (``"tp_wait_s"``, ``"pp_send_s"``) fitted on runs across a shaped ``tier`` (one rank per
+    the waits (``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"``) fitted on runs across a shaped ``tier`` (one rank per
     host): a collective on that tier takes them in place of the loopback ones.
     """
 
@@ -213,7 +215,8 @@ class Calibration:
         """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
         predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the
         waits: per run with ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with
-        ``pp > 1`` the seconds per send, each in ``[0, 10 ms]`` and making the calibrated step its measured
+        ``pp > 1`` the seconds per send, then per run with ``dp > 1`` (``tp == pp == 1``) the seconds per
+        gradient sync, each in ``[0, 10 ms]`` and making the calibrated step its measured
         step (bisection; a run no value in the bracket fits gets the bracket's end), the median over runs.
         A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key. Runs across a
         shaped tier give only that tier's waits, solved last (on top of everything loopback gave).
@@ -225,8 +228,8 @@ class Calibration:
         runs : iterable of (PerfConfig, dict) or (PerfConfig, dict, str)
             Each configuration with its measured components (seconds) and its tier (default
             ``"loopback"``; another tier: one rank per host across it, and ``overall`` is all it needs):
-            ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1``, ``tp_allreduce``
-            and ``overall`` where ``tp > 1``, ``overall`` where ``pp > 1``
+            ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1`` (and ``overall``
+            where also ``dp > 1``), ``tp_allreduce`` and ``overall`` where ``tp > 1``, ``overall`` where ``pp > 1``
             (:func:`benchmarks.perfmodel._summarise_run`'s keys).
 
         Raises
@@ -280,7 +283,8 @@ class Calibration:
         # then the waits, each run's seconds per call making its calibrated step (compute and TP all-reduce
         # as fitted above) its measured step, the median over runs per world: TP runs' per TP all-reduce
         # (the critical path waits for the later rank at every call, which the last-arriving rank's
-        # all-reduce time leaves out), then PP runs' per PP send (with the TP waits in place)
+        # all-reduce time leaves out), then PP runs' per PP send (with the TP waits in place), then DP runs'
+        # per gradient sync (the same wait for the later rank, once per step at the sync)
         tier_factors: dict[str, dict[int, dict[str, float]]] = {}
         tiers = ["loopback"] + sorted({t for _, _, t in shaped})
         for tier in tiers:
@@ -288,7 +292,8 @@ class Calibration:
             for key in _WAITS:
                 ks: dict[int, list[float]] = {}
                 for cfg, measured in group_runs:
-                    if not (cfg.pp > 1 if key == "pp_send_s" else cfg.tp > 1 and cfg.pp == 1):
+                    if not {"pp_send_s": cfg.pp > 1, "tp_wait_s": cfg.tp > 1 and cfg.pp == 1,
+                            "dp_wait_s": cfg.dp > 1 and cfg.tp == 1 and cfg.pp == 1}[key]:
                         continue
                     m = measured.get("overall")
                     if not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
@@ -297,7 +302,7 @@ class Calibration:
                     world = cfg.dp * cfg.tp * cfg.pp
                     cal = cls(factors, tier_factors=tier_factors)
                     ks.setdefault(world, []).append(_solve_wait(bare, cal, cfg, float(m), key, tier))
-                    if key == "pp_send_s" or tier != "loopback":
+                    if key == "pp_send_s" or tier != "loopback":  # the loopback TP and DP runs counted above
                         n_runs[world] = n_runs.get(world, 0) + 1
                 for w, k in ks.items():
                     dest = factors if tier == "loopback" else tier_factors.setdefault(tier, {})
@@ -385,7 +390,11 @@ class LearnedPredictor:
                 calls = op.calls if nbytes > 0 else 0  # a direction that moves nothing sends nothing
                 if op.name.startswith("tp_allreduce"):
                     return t * scale["tp_comm"] + calls * (scale["tp_comm_op_s"] + cal.factor(world, "tp_wait_s", tier))
-                return t + calls * cal.factor(world, "pp_send_s", tier) if op.name == "pp_p2p" else t
+                if op.name == "pp_p2p":
+                    return t + calls * cal.factor(world, "pp_send_s", tier)
+                if op.name == "dp_allreduce" and calls:
+                    return t + cal.factor(world, "dp_wait_s", tier)
+                return t
             flops = op.fwd_flops if direction == "fwd" else op.bwd_flops
             kind, feats = features_of(op, config)
             key = (kind, direction, tuple(sorted(feats.items())), flops, nbytes)
