@@ -47,7 +47,7 @@ def test_the_readme_has_the_snippets_this_test_knows():
         "Provenance of agent runs",
         "Rollback repair of an agent's memory (`lab.provenance.repair`)",
         "Distributed training and gradient communication",
-        "Performance model of distributed training (in progress, #25)",
+        "Performance model of distributed training",
         "Image restoration with flow priors",
         "Video generation with a chain of experts (ConFiner)",
     ]

@@ -19,8 +19,9 @@ monitor
     Metric events (:mod:`lab.training.monitor`: ``RunRecorder`` writes the event log and TensorBoard,
     ``RunMonitor`` reads runs, metrics, per-rank status and incremental updates).
 perfmodel
-    Performance model of distributed training (:mod:`lab.training.perfmodel`, in progress: operator
-    decomposition, pipeline composition, hardware files, roofline baseline).
+    Performance model of distributed training (:mod:`lab.training.perfmodel`: operator decomposition,
+    profiled regressors per operator, measured collectives, pipeline composition, in-situ calibration,
+    hardware files, the roofline baseline).
 errors
     :class:`~lab.training.errors.TrainingError` and its subclasses.
 """
