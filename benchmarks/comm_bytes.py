@@ -223,6 +223,8 @@ class _Schedules:
         ``output_side=False`` drops a Linear layer's left factor ``B`` (the paper's input-side form, the hook's
         ``GiftConfig(output_side=False)``; an embedding keeps ``S``, its only factor)."""
         if not output_side:
+            if eigensolver != "eigh":
+                raise ValueError(f"output_side=False is measured with eigensolver='eigh' only, got {eigensolver!r}")
             key = (k, layer, self.version[k], "input_side")
             if key not in self._cache:
                 full = self.transform(k, layer, rank, "eigh")
@@ -499,12 +501,16 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
         side = side_bytes_per_refresh(dims, r, "rank0") if chosen else 0
         side_per_step = side * refreshes / s.train_steps
         key = cfg if eigensolver == "eigh" else f"{cfg}+{eigensolver}"
+        key = key if output_side else f"{cfg}+input_side"
+        if chosen and not any(key in c["layers"][n]["gift"] for c in caps for n in chosen):
+            raise ValueError(f"bytes curve row: no capture measured {key!r} (variants are measured for the main "
+                             f"configuration {main!r} only)")
         return {"n_eigenpairs": r, "refresh_every": p, "refresh_warmup": w, "selection": selection,
                 "selected": list(chosen), "n_selected": len(chosen), "refreshes": refreshes,
                 "side_bytes_per_refresh": side, "side_bytes_per_step": side_per_step,
                 "bytes_fraction": (fp8_bytes + side_per_step) / fp32_bytes, "eigensolver": eigensolver,
                 "output_side": output_side,
-                **{k: v for k, v in _row_errors(caps, key if output_side else f"{cfg}+input_side", set(chosen)).items()
+                **{k: v for k, v in _row_errors(caps, key, set(chosen)).items()
                    if k != "by_capture" or per_capture}}
 
     mr, mp, mw = configs[main]

@@ -220,6 +220,11 @@ def test_committed_bytes_curve_follows_the_hooks_byte_accounting_and_its_goals()
     assert g["gift_bytes_goal_selected_2x"]["met"] == (main["rel_l2_ratio_vs_fp8_selected"] >= 2.0)
     assert g["gift_bytes_goal_whole_1.5x"]["met"] == (main["rel_l2_ratio_vs_fp8"] >= 1.5)
     assert b["references"]["bf16"]["bytes_fraction"] == 0.5 and b["references"]["bf16"]["rel_l2_ratio_vs_fp8"] > 10
+    # factor_dims lists the input side first ([x; 1] with a bias), then B: the input-side rows keep the first
+    from lab.training.model import GPT, GPTConfig
+    gpt = GPT(GPTConfig(vocab_size=dims["head"][-1], **b["settings"]["train_model"]))
+    for name, m in gpt.linear_layers().items():
+        assert dims[name] == [m.in_features + (m.bias is not None), m.out_features], name
     # the paper's input-side form: the same layers, fewer side bytes (no B), and the README's figures
     inp = {r["selection"]: r for r in b["rows"] if r["varied"] == "output_side"}
     assert set(inp) == {"budget", "all"} and not any(r["output_side"] for r in inp.values())
@@ -239,6 +244,13 @@ def test_committed_bytes_curve_follows_the_hooks_byte_accounting_and_its_goals()
     assert bs["rel_l2_ratio_vs_fp8"] >= 1.5 and bs["rel_l2_ratio_vs_fp8_selected"] < 2.0 and bs["bytes_fraction"] <= 0.27
     assert bw["rel_l2_ratio_vs_fp8"] >= main["rel_l2_ratio_vs_fp8"] - 1e-9  # the rule's choice is one of the sets
     assert f["whole_ceiling_without"]["embeddings"] < 1.75 < f["whole_ceiling_all"]
+    readme = (Path(comm.__file__).parent.parent / "README.md").read_text()
+    quoted = [f["n_subsets"], bw["rel_l2_ratio_vs_fp8"], bs["rel_l2_ratio_vs_fp8_selected"],
+              f["whole_ceiling_without"]["embeddings"], inp["all"]["rel_l2_ratio_vs_fp8"], both_all["rel_l2_ratio_vs_fp8"],
+              inp["budget"]["rel_l2_ratio_vs_fp8_selected"], min(stale[0]["by_capture"]["rel_l2_ratio_vs_fp8"])]
+    for x in quoted:
+        text = f"{x:,}" if isinstance(x, int) else f"{x:.2f}x"
+        assert text in readme, text
 
 
 def test_time_profile_part_replaces_only_the_profile(tmp_path):

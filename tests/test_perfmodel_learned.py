@@ -267,8 +267,15 @@ def test_calibration_of_the_gradient_sync_solves_one_wait_per_step():
     cal = Calibration.fit(bare, [(dp, measured)])
     assert cal.factors[2]["dp_wait_s"] == pytest.approx(3e-4, rel=1e-6) and cal.n_runs == {2: 1}
     assert cal.forms[2]["dp_wait_s"] == "additive" and "tp_wait_s" not in cal.factors[2]
-    # a single-rank run takes no wait; a step already slower than measured gets 0
-    assert LearnedPredictor(bare.primitives, bare.comm, truth).predict(dp.model_copy(update={"dp": 1})).grad_sync_s == 0.0
+    # PP 2 x DP 2: each stage's sync waits, the stages' syncs run side by side, so the step grows by one wait
+    ppdp = dp.model_copy(update={"pp": 2, "n_micro_batches": 3})
+    q0, q1 = bare.predict(ppdp), LearnedPredictor(bare.primitives, bare.comm, truth).predict(ppdp)
+    assert q1.total_s == pytest.approx(q0.total_s + 3e-4) and q1.grad_sync_s == pytest.approx(q0.grad_sync_s + 3e-4)
+    # the benchmark compares the all-reduce alone with the measured (last-arriving rank's) sync
+    from benchmarks.perfmodel import _predicted_components
+    assert _predicted_components(p1, dp, 0.0, 3e-4)["grad_sync"] == pytest.approx(p0.grad_sync_s)
+    # another tier without DP runs of its own takes loopback's wait; a step already slower than measured gets 0
+    assert truth.factor(2, "dp_wait_s", "slow") == 3e-4
     assert Calibration.fit(bare, [(dp, {**measured, "overall": 1e-6})]).factors[2]["dp_wait_s"] == 0.0
     with pytest.raises(ValueError, match="overall"):
         Calibration.fit(bare, [(dp, {**measured, "overall": float("nan")})])

@@ -138,7 +138,9 @@ def _fit_key(rows, affine: bool) -> tuple[float, float, str, dict[str, float]]:
 
 
 #: The additive waits (seconds per call), fitted per tier where a tier has calibration runs.
-_WAITS = ("tp_wait_s", "pp_send_s", "dp_wait_s")
+#: Solved in this order: DP-only runs first, so a TP or PP calibration run with ``dp > 1`` is solved with the
+#: gradient-sync wait already in place (its residual is not charged twice).
+_WAITS = ("dp_wait_s", "tp_wait_s", "pp_send_s")
 
 
 
@@ -184,7 +186,8 @@ class Calibration:
     stage's gradient all-reduce (all its buckets) ``t + dp_wait_s``. The three waits are not rates (the
     same on a slow link): the measured collectives are the last-arriving rank's (min over ranks), and the
     step also waits for the later rank; in fact each is whatever the TP, PP or DP calibration runs' steps
-    leave unexplained. A key
+    leave unexplained. With ``overlap_grad_sync=True`` the gradient-sync wait is part of the all-reduce time
+    that the composition overlaps with the backward. A key
     missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
     offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
     ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
@@ -214,9 +217,9 @@ class Calibration:
     def fit(cls, predictor: "LearnedPredictor", runs: Iterable[tuple[PerfConfig, dict]]) -> "Calibration":
         """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
         predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the
-        waits: per run with ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with
-        ``pp > 1`` the seconds per send, then per run with ``dp > 1`` (``tp == pp == 1``) the seconds per
-        gradient sync, each in ``[0, 10 ms]`` and making the calibrated step its measured
+        waits: per run with ``dp > 1`` (``tp == pp == 1``) the seconds per gradient sync, then per run with
+        ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with ``pp > 1`` the seconds
+        per send, each in ``[0, 10 ms]`` and making the calibrated step its measured
         step (bisection; a run no value in the bracket fits gets the bracket's end), the median over runs.
         A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key. Runs across a
         shaped tier give only that tier's waits, solved last (on top of everything loopback gave).
@@ -281,10 +284,10 @@ class Calibration:
                     factors[w][f"{key}_op_s"] = c
                 forms[w][key], loo[w][key] = form, scores
         # then the waits, each run's seconds per call making its calibrated step (compute and TP all-reduce
-        # as fitted above) its measured step, the median over runs per world: TP runs' per TP all-reduce
-        # (the critical path waits for the later rank at every call, which the last-arriving rank's
-        # all-reduce time leaves out), then PP runs' per PP send (with the TP waits in place), then DP runs'
-        # per gradient sync (the same wait for the later rank, once per step at the sync)
+        # as fitted above) its measured step, the median over runs per world: DP runs' per gradient sync
+        # (the wait for the later rank, once per step at the sync), then TP runs' per TP all-reduce (the
+        # critical path waits for the later rank at every call, which the last-arriving rank's all-reduce
+        # time leaves out), then PP runs' per PP send (with the other waits in place)
         tier_factors: dict[str, dict[int, dict[str, float]]] = {}
         tiers = ["loopback"] + sorted({t for _, _, t in shaped})
         for tier in tiers:

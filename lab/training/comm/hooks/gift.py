@@ -104,7 +104,7 @@ class GiftHookState(CodecHookState):
         ``benchmarks.comm``'s bytes curve (rows ``varied="refresh_warmup_all_layers"``: every layer, 16
         eigenpairs, period 25 from step 1) GIFT's whole-model gain over Euclidean FP8 is 2.55x at step 1,
         then 0.89x and 0.90x at steps 10 and 20 (below 1: worse); with the 20-step warm-up its worst
-        capture is 1.13x. The benchmark uses 20 (its learning-rate warm-up).
+        capture is 1.12x. The benchmark uses 20 (its learning-rate warm-up).
     residual : {"scalar", "diag"}
         See :class:`~lab.training.comm.gift.Whitening`.
     layers : Iterable[str], optional
