@@ -316,13 +316,18 @@ def _measure(study: _Schedules, s: BytesSettings, configs: dict, capture_every: 
     return {"captures": caps}
 
 
+def _fp8_sq(cap: dict) -> float:
+    """One capture's whole-model squared error under Euclidean E4M3 (every layer and the other parameters)."""
+    return sum(v["fp8"] for v in cap["layers"].values()) + sum(v["fp8"] for v in cap["other"].values())
+
+
 def _row_errors(caps: list[dict], cfg: str, selected: set[str]) -> dict:
     """Whole-model and selected-layer error ratios (Euclidean / GIFT) per capture, then mean and min;
     ``by_capture`` holds the per-capture ratios (None where nothing is selected)."""
     whole, sel, gift_rel = [], [], []
     for c in caps:
         ref = sum(v["ref"] for v in c["layers"].values()) + sum(v["ref"] for v in c["other"].values())
-        eu = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+        eu = _fp8_sq(c)
         gi = sum(v["fp8"] for v in c["other"].values())
         s_eu = s_gi = 0.0
         for n, v in c["layers"].items():
@@ -413,7 +418,7 @@ def layer_set_frontier(caps: list[dict], cfg: str, layers: Sequence[str], bytes_
     def ceiling(euclidean: set[str]) -> float:
         ratios = []
         for c in caps:
-            eu = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+            eu = _fp8_sq(c)
             left = sum(v["fp8"] for n, v in c["layers"].items() if n in euclidean or n not in layers)
             left += sum(v["fp8"] for v in c["other"].values())
             ratios.append(math.sqrt(eu / left) if left > 0 else math.inf)
@@ -493,12 +498,16 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     study = _Schedules(corpus, s, s.seed, s.train_steps, schedules, s.ranks)
     caps = _measure(study, s, configs, s.capture_every, fp8, bf16, profile=False, subspace=(main,))["captures"]
 
+    def side_bytes(chosen, r: int, output_side: bool = True) -> int:
+        """Side bytes per refresh of ``chosen``'s factors (input side first in ``factor_dims``, then ``B``)."""
+        dims = [d for layer in chosen for d in study.factor_dims[layer][: None if output_side else 1]]
+        return side_bytes_per_refresh(dims, r, "rank0") if chosen else 0
+
     def row(cfg: str, selection: str, eigensolver: str = "eigh", output_side: bool = True, per_capture: bool = False) -> dict:
         r, p, w = configs[cfg]
         chosen = selections[cfg][selection]
         refreshes = RefreshSchedule(p, w).count(s.train_steps)
-        dims = [d for layer in chosen for d in study.factor_dims[layer][: None if output_side else 1]]
-        side = side_bytes_per_refresh(dims, r, "rank0") if chosen else 0
+        side = side_bytes(chosen, r, output_side)
         side_per_step = side * refreshes / s.train_steps
         key = cfg if eigensolver == "eigh" else f"{cfg}+{eigensolver}"
         key = key if output_side else f"{cfg}+input_side"
@@ -534,7 +543,7 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     def ref_errors(kind: str) -> float:
         ratios = []
         for c in caps:
-            eu = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+            eu = _fp8_sq(c)
             ot = sum(v[kind] for v in c["layers"].values()) + sum(v[kind] for v in c["other"].values())
             ratios.append(math.sqrt(eu / ot))
         return statistics.fmean(ratios)
@@ -549,7 +558,7 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
     for layer in study.layers:
         share, gains = [], []
         for c in caps:
-            tot = sum(v["fp8"] for v in c["layers"].values()) + sum(v["fp8"] for v in c["other"].values())
+            tot = _fp8_sq(c)
             v = c["layers"][layer]
             share.append(v["fp8"] / tot if tot > 0 else 0.0)
             g = v["gift"].get(main)
@@ -559,9 +568,9 @@ def run_bytes_curve(corpus: TextCorpus, s: BytesSettings) -> dict:
                           "fp8_error_energy_share": statistics.fmean(share),
                           "gain_vs_fp8": statistics.fmean(gains) if gains else None,
                           "factor_dims": study.factor_dims[layer]})
+
     def subset_bytes(chosen: tuple[str, ...]) -> float:
-        side = side_bytes_per_refresh([d for layer in chosen for d in study.factor_dims[layer]], mr, "rank0")
-        return (fp8_bytes + side * RefreshSchedule(mp, mw).count(s.train_steps) / s.train_steps) / fp32_bytes
+        return (fp8_bytes + side_bytes(chosen, mr) * RefreshSchedule(mp, mw).count(s.train_steps) / s.train_steps) / fp32_bytes
 
     frontier = layer_set_frontier(caps, main, study.layers, subset_bytes) if len(study.layers) <= MAX_FRONTIER_LAYERS else None
     sat = next(x for x in rows if x["selection"] == "saturation_top25")

@@ -205,8 +205,8 @@ def _verdict(ci: list[float] | None) -> str:
 def summarize(names: Sequence[str], tuned: dict[str, dict], configs: dict[str, dict], test: dict[str, dict[int, dict]],
               seeds: Sequence[int]) -> list[dict]:
     """The ``table`` rows: per method its tuned rate and budget, the test ``seeds``, test loss (mean, per seed,
-    95% t interval), validation loss (mean, per seed; ``val_loss_ci95`` its 95% t interval), bytes and, but for ``fp32``, the paired relative difference to ``fp32`` by seed with
-    its interval and verdict. ``test``: method -> seed -> one run's summary (``test_loss``, ``val_loss``,
+    95% t interval), validation loss (mean, per seed; ``val_loss_ci95`` its 95% t interval), bytes and, but
+    for ``fp32``, the paired relative difference to ``fp32`` by seed with its interval and verdict. ``test``: method -> seed -> one run's summary (``test_loss``, ``val_loss``,
     ``bytes_vs_dense``)."""
     table = []
     for n in names:

@@ -147,10 +147,10 @@ _WAITS = ("dp_wait_s", "tp_wait_s", "pp_send_s")
 
 def _solve_wait(bare: "LearnedPredictor", cal: "Calibration", cfg: PerfConfig, measured_s: float,
                 key: str = "pp_send_s", tier: str = "loopback", hi: float = 0.01) -> float:
-    """The seconds added to each call of ``key``'s collective (``"pp_send_s"``: each PP send,
-    ``"tp_wait_s"``: each TP all-reduce, ``"dp_wait_s"``: each stage's gradient sync) on ``tier``, in ``[0, hi]``, whose calibrated step time is
-    ``measured_s`` (bisection: the simulated step only grows with the calls' time); an end of the bracket
-    when none inside reaches it. This is the step's whole residual after the calibration so far (waits for
+    """The seconds added to each call of ``key``'s collective (``"pp_send_s"``: each PP send, ``"tp_wait_s"``:
+    each TP all-reduce, ``"dp_wait_s"``: each stage's gradient sync) on ``tier``, in ``[0, hi]``, whose calibrated
+    step time is ``measured_s`` (bisection: the simulated step only grows with the calls' time); an end of the
+    bracket when none inside reaches it. This is the step's whole residual after the calibration so far (waits for
     the other rank, bubbles the schedule does not see, imbalance), charged to those calls."""
     w = cfg.dp * cfg.tp * cfg.pp
     placement = placement_of(tier)
@@ -178,22 +178,21 @@ class Calibration:
     """In-situ corrections of the predicted seconds, per ranks sharing the machine.
 
     ``factors[world]`` holds any of ``"fwd"``, ``"bwd"``, ``"update"``, ``"tp_comm"`` (multipliers) and
-    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"``
-    (seconds per call): in a run of ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces share the
-    same cores) a forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a backward
-    one's likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
-    ``tp_comm * t + calls * (tp_comm_op_s + tp_wait_s)``, a PP send's ``t + calls * pp_send_s``, a
-    stage's gradient all-reduce (all its buckets) ``t + dp_wait_s``. The three waits are not rates (the
-    same on a slow link): the measured collectives are the last-arriving rank's (min over ranks), and the
-    step also waits for the later rank; in fact each is whatever the TP, PP or DP calibration runs' steps
-    leave unexplained. With ``overlap_grad_sync=True`` the gradient-sync wait is part of the all-reduce time
-    that the composition overlaps with the backward. A key
-    missing at ``world`` comes from the largest calibrated world below it that has it (none: multiplier 1,
-    offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here measured.
-    ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
-    leave-one-out error over the calibration runs (%), which chose it. ``tier_factors[tier][world]`` holds
-    the waits (``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"``) fitted on runs across a shaped ``tier`` (one rank per
-    host): a collective on that tier takes them in place of the loopback ones.
+    ``"fwd_op_s"``, ``"bwd_op_s"``, ``"tp_comm_op_s"``, ``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"`` (seconds
+    per call or sync): in a run of ``world`` ranks on this machine (dp x tp x pp; the shaped tiers' namespaces
+    share the same cores) a forward operator's regressor time ``t`` becomes ``fwd * t + calls * fwd_op_s``, a
+    backward one's likewise, the optimizer step's ``update * t``, a TP all-reduce's measured-curve time
+    ``tp_comm * t + calls * (tp_comm_op_s + tp_wait_s)``, a PP send's ``t + calls * pp_send_s``, a stage's gradient
+    all-reduce (all its buckets) ``t + dp_wait_s``. The three waits are not rates (the same on a slow link): the
+    measured collectives are the last-arriving rank's (min over ranks), and the step also waits for the later
+    rank; in fact each is whatever the TP, PP or DP calibration runs' steps leave unexplained. With
+    ``overlap_grad_sync=True`` the gradient-sync wait is part of the all-reduce time that the composition overlaps
+    with the backward. A key missing at ``world`` comes from the largest calibrated world below it that has it
+    (none: multiplier 1, offset 0): a run of 8 ranks takes the 2-rank corrections, on any tier, which nothing here
+    measured. ``forms[world][key]`` says which form was fitted and ``loo_mape[world][key]`` each form's
+    leave-one-out error over the calibration runs (%), which chose it. ``tier_factors[tier][world]`` holds the
+    waits (``"tp_wait_s"``, ``"pp_send_s"``, ``"dp_wait_s"``) fitted on runs across a shaped ``tier`` (one rank
+    per host): a collective on that tier takes them in place of the loopback ones.
     """
 
     factors: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -218,11 +217,11 @@ class Calibration:
         """Fit every key per world from ``runs``: the update multiplicatively (median ratio measured /
         predicted), forward, backward and the TP all-reduce in the form that wins leave-one-out, then the
         waits: per run with ``dp > 1`` (``tp == pp == 1``) the seconds per gradient sync, then per run with
-        ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with ``pp > 1`` the seconds
-        per send, each in ``[0, 10 ms]`` and making the calibrated step its measured
-        step (bisection; a run no value in the bracket fits gets the bracket's end), the median over runs.
-        A run with ``tp > 1`` gives only the TP keys, one with ``pp > 1`` only the PP key. Runs across a
-        shaped tier give only that tier's waits, solved last (on top of everything loopback gave).
+        ``tp > 1`` (and ``pp == 1``) the seconds per TP all-reduce, then per run with ``pp > 1`` the seconds per send,
+        each in ``[0, 10 ms]`` and making the calibrated step its measured step (bisection; a run no value in the
+        bracket fits gets the bracket's end), the median over runs. A run with ``tp > 1`` gives only the TP keys,
+        one with ``pp > 1`` only the PP key. Runs across a shaped tier give only that tier's waits, solved last
+        (on top of everything loopback gave).
 
         Parameters
         ----------
@@ -232,7 +231,8 @@ class Calibration:
             Each configuration with its measured components (seconds) and its tier (default
             ``"loopback"``; another tier: one rank per host across it, and ``overall`` is all it needs):
             ``stage_fwd_max``, ``stage_bwd_max`` and ``update`` where ``tp == pp == 1`` (and ``overall``
-            where also ``dp > 1``), ``tp_allreduce`` and ``overall`` where ``tp > 1``, ``overall`` where ``pp > 1``
+            where also ``dp > 1``), ``tp_allreduce`` and ``overall`` where ``tp > 1``, ``overall`` where
+            ``pp > 1``
             (:func:`benchmarks.perfmodel._summarise_run`'s keys).
 
         Raises
