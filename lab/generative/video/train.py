@@ -161,7 +161,7 @@ def train(expert: str, steps: int, out: str, frames: int = 8, size: int = 16, ba
         "name": expert, "kind": kind, "schedule": sched_name, "prediction": sched.prediction, "full_steps": full_steps,
         "frames": frames, "size": size, "command": command, "steps": steps, "batch_size": batch, "lr": lr, "seed": seed,
         "recipe": __doc__.split("Output:")[0].strip(),
-        "data": {"sources": {s: datasets.SOURCES[s][0] for s in datasets.DOMAINS["natural"]}, "split": "train (first 70% of each video's frames)",
+        "data": {"sources": {s: datasets.SOURCES[s][0] for s in datasets.DOMAINS["natural"]}, "split": "train (6 of every 10 interleaved blocks of each video: datasets.split_ranges)",
                  "n_train": int(x.shape[0]), "preprocess": f"luma, centred square crop, antialiased resize to {size}x{size}, [-1, 1]"},
         "unet_config": cfg, "n_params": sum(p.numel() for p in ema.parameters()),
         "final_train_loss_last100": sum(losses[-100:]) / len(losses[-100:]), "val_loss_ema": val,
