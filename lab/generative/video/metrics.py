@@ -19,7 +19,7 @@ VBench, none of which run offline here.
   pairs its consistency and smoothness scores with a "dynamic degree" for the same reason: a still video maxes
   both, and only a motion-aware score tells it from a real one (a still video scores the real mean jump here).
 - :func:`seam_flicker`: mean feature jump across segment boundaries over the mean jump between
-  consecutive frames inside segments (1 = seams invisible).
+  consecutive frames inside segments (1 = seams invisible); :func:`seam_jump`: the seam jump alone.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 __all__ = ["FrameEncoder", "train_encoder", "load_encoder", "save_encoder", "features", "frechet_distance", "subject_consistency",
-           "motion_smoothness", "frame_jumps", "motion_distance", "nearest_psnr_ssim", "seam_flicker", "mean_ci"]
+           "motion_smoothness", "frame_jumps", "motion_distance", "nearest_psnr_ssim", "seam_jump", "seam_flicker", "mean_ci"]
 
 
 class FrameEncoder(nn.Module):
@@ -178,6 +178,16 @@ def nearest_psnr_ssim(videos: torch.Tensor, real_frames: torch.Tensor) -> tuple[
     ssim = torch.tensor([structural_similarity(gen[i].view(h, w).numpy(), real[nn_idx[i]].view(h, w).numpy(), data_range=2.0)
                          for i in range(b * f)], dtype=torch.float64)
     return psnr.view(b, f).mean(1), ssim.view(b, f).mean(1)
+
+
+def seam_jump(feats: torch.Tensor, segment: int) -> torch.Tensor:
+    """Per video (B,): the mean feature jump ``||d_{t+1} - d_t||`` across segment seams (feature units). feats (B, N, d).
+
+    Unlike :func:`seam_flicker`, a ratio that a video jittering everywhere also lowers, this cannot be improved by
+    making the frames inside segments jump more."""
+    jump = frame_jumps(feats)
+    seam = (torch.arange(jump.shape[1]) + 1) % segment == 0
+    return jump[:, seam].mean(1)
 
 
 def seam_flicker(feats: torch.Tensor, segment: int) -> torch.Tensor:

@@ -68,7 +68,7 @@ def heldout_loss(net, expert: str, x: torch.Tensor, seed: int = 123) -> float:
     return sum(out) / len(out)
 
 
-def train(expert: str, steps: int, out: str, frames: int = 8, size: int = 16, batch: int = 32, lr: float = 2e-3,
+def train(expert: str, steps: int, out: str, frames: int = 8, size: int = 32, batch: int = 32, lr: float = 2e-3,
           seed: int = 0, threads: int | None = None, command: str = "", widths: tuple | None = None,
           eval_every: int = 0, patience: int = 4) -> dict:
     """Train (or resume) expert ``expert`` for at most ``steps`` updates; returns the sidecar dictionary.
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--frames", type=int, default=8)
-    p.add_argument("--size", type=int, default=16)
+    p.add_argument("--size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
