@@ -297,10 +297,10 @@ def main(argv=None) -> None:
     sizes = {k: e.meta.get("size") for k, e in ex.items()} | {"encoder": enc.size}
     if set(sizes.values()) != {SIZE}:
         raise SystemExit(f"benchmarks.video generates {SIZE}x{SIZE} videos, but the shipped weights are sized {sizes}")
-    if "selection" not in doc or a.reselect or "confiner_coordinated" not in doc["selection"]["chosen"]:
+    if not a.only_long and ("selection" not in doc or a.reselect or "confiner_coordinated" not in doc["selection"]["chosen"]):
         doc["selection"] = select(ex, enc, a.seed, a.select_videos)
         print(json.dumps(doc["selection"]["chosen"]), flush=True)
-    chosen = doc["selection"]["chosen"]
+    chosen = doc["selection"]["chosen"] if "selection" in doc else {}
     if not a.no_long and ("selection_long" not in doc or a.reselect):
         doc["selection_long"] = select_long(ex, enc, a.seed)
         print(json.dumps({"long_t_e": doc["selection_long"]["t_e"]}), flush=True)
