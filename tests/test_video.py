@@ -240,7 +240,7 @@ def test_training_tracks_the_heldout_loss_and_ships_the_best_ema(tmp_path):
     best_step, best = min(curve, key=lambda c: c[1])
     assert meta["heldout_loss"]["best_step"] == best_step
     shipped = load_expert("spatial", tmp_path)
-    xv = tr._heldout_data("spatial", 8, 16)
+    xv = tr._heldout_data("spatial", 8, meta["size"])
     assert abs(tr.heldout_loss(shipped.net.unet, "spatial", xv) - best) < 1e-4
     if meta["early_stopped"]:
         assert meta["steps_run"] < 40 and all(c[1] >= best for c in curve[-2:]) and curve[-3][0] >= best_step
