@@ -14,10 +14,10 @@ and ``temporal_expert_alone`` (100 DDIM steps each, their own schedules), ``conf
 steps), ``confiner_coordinated_18`` (8 + 10), ``confiner_coordinated_other_renoise`` (4 + 5, the re-noising
 ``eps`` of Eqs. 9/11 that was not chosen), ``confiner_spatial_only``, ``confiner_temporal_only`` (4 + 5) and
 ``confiner_naive_alternation`` (Eq. 7, 4 + 15 steps: the coordinated NFE). **Tuning** (:func:`select`, equal
-budget): every ConFiner row gets its own T_e from the same grid :data:`T_E_GRID` (8 values), chosen by the
+budget): every ConFiner row gets its own T_e from the same grid :data:`T_E_GRID` (10 values), chosen by the
 lowest Frechet distance to the **validation** frames over 64 videos from seeds 10000+ (never the test seeds);
 the coordinated rows' re-noising reading (fresh Gaussian or predicted noise) is a second choice on the same
-split (its 4 + 5 grid is therefore 2 x 8). The test numbers are computed once, after the selection.
+split (its 4 + 5 grid is therefore 2 x 10). The test numbers are computed once, after the selection.
 Reference rows: ``real_heldout`` (test-split clips, stride 1: scored against themselves, a ceiling no model
 trained on the other frames can reach), ``real_train_clips`` (64 random *training* clips, seed 0: what a
 perfect model of the training clips would score, the practical floor of the held-out metrics), and
@@ -67,11 +67,11 @@ FRAMES, SIZE, BATCH = 8, 32, 16
 MODES = ["control_expert_alone", "control_stage_4", "spatial_expert_alone", "temporal_expert_alone", "confiner_coordinated",
          "confiner_coordinated_18", "confiner_coordinated_other_renoise", "confiner_spatial_only", "confiner_temporal_only", "confiner_naive_alternation",
          "real_heldout", "real_train_clips", "static_train_frame"]
-#: T_e values every ConFiner mode is tuned over (on the validation split); the earlier grid (10 ... 200) had its
-#: best point on its lower edge for most rows, so it was extended down to 2 (and up to 400)
-T_E_GRID = (2, 5, 10, 25, 50, 100, 200, 400)
-#: ConFiner-Long's grid: seam flicker fell all the way to 400, the top of :data:`T_E_GRID`, so it runs on to 1000
-T_E_GRID_LONG = T_E_GRID + (700, 1000)
+#: T_e values every ConFiner mode is tuned over (on the validation split): an earlier grid (10 ... 200) had its best
+#: point on its lower edge (16x16 experts), a later one (2 ... 400) on its upper edge (32x32), so it spans 2 ... 1000
+T_E_GRID = (2, 5, 10, 25, 50, 100, 200, 400, 700, 1000)
+#: ConFiner-Long's grid (the same values)
+T_E_GRID_LONG = T_E_GRID
 #: ConFiner rows: (refinement mode, control steps, refinement steps)
 CONFINER = {"confiner_coordinated": ("coordinated", 4, 5), "confiner_coordinated_18": ("coordinated", 8, 10),
             "confiner_coordinated_other_renoise": ("coordinated", 4, 5), "confiner_spatial_only": ("spatial_only", 4, 5),

@@ -107,4 +107,4 @@ def test_every_readme_snippet_runs_in_a_fresh_folder(tmp_path, monkeypatch):
     assert tuple(ns["out"].x.shape) == (8, 1, 28, 28) and ns["out"].nfe == 20
 
     exec(compile(video, "README.md (video)", "exec"), ns)
-    assert tuple(ns["g"].video.shape) == (4, 8, 16, 16) and ns["g"].nfe == 19
+    assert tuple(ns["g"].video.shape) == (4, 8, 32, 32) and ns["g"].nfe == 19
