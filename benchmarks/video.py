@@ -53,6 +53,7 @@ import argparse
 import json
 import os
 import platform
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -180,8 +181,6 @@ def video_bootstrap_ci(stat, n: int, seed: int, n_boot: int = 1000) -> list[floa
     from scipy.stats import bootstrap
 
     est = float(stat(np.arange(n)))
-    import warnings
-
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate resampling distribution warns; it is handled below
         res = bootstrap((np.arange(n),), lambda i: stat(np.asarray(i, int)), vectorized=False, n_resamples=n_boot,
