@@ -77,6 +77,14 @@ T_E_GRID_LONG = T_E_GRID
 CONFINER = {"confiner_coordinated": ("coordinated", 4, 5), "confiner_coordinated_18": ("coordinated", 8, 10),
             "confiner_coordinated_other_renoise": ("coordinated", 4, 5), "confiner_spatial_only": ("spatial_only", 4, 5),
             "confiner_temporal_only": ("temporal_only", 4, 5), "confiner_naive_alternation": ("naive_alternation", 4, 5)}
+#: paired comparisons, (row, reference): the issue's goal (ConFiner against each expert alone at its full step count)
+#: and the paper's ablation (Table 5: every other refinement against coordinated ConFiner)
+PAIRS = (("confiner_coordinated", "spatial_expert_alone"), ("confiner_coordinated", "temporal_expert_alone"),
+         ("confiner_coordinated", "control_expert_alone"), ("confiner_coordinated_18", "spatial_expert_alone"),
+         ("confiner_coordinated_18", "temporal_expert_alone"), ("confiner_spatial_only", "confiner_coordinated"),
+         ("confiner_temporal_only", "confiner_coordinated"), ("confiner_naive_alternation", "confiner_coordinated"))
+#: noise-to-signal ratios sigma_t / alpha_t of the denoising diagnostic (t = 10 ... 850 on the three schedules)
+NOISE_TO_SIGNAL = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 LONG = {"all_strategies": (True, True, True), "none": (False, False, False), "no_consistency_init": (False, True, True),
         "no_coherence_guidance": (True, False, True), "no_staggered": (True, True, False)}
 
@@ -227,6 +235,46 @@ def score(v: torch.Tensor, enc, real_feats: np.ndarray, real_frames: torch.Tenso
     }
 
 
+def paired_row(mode: str, ref: str, fa: torch.Tensor, fb: torch.Tensor, real_feats: np.ndarray, motion_ref: torch.Tensor,
+               seed: int) -> dict:
+    """``mode`` minus ``ref`` on the same noise seeds (features (N, F, d) of each): Frechet distance (paired BCa),
+    subject consistency (per video, t interval) and motion distance to the training clips (paired BCa)."""
+    md = lambda i: metrics.motion_distance(fa[i], motion_ref) - metrics.motion_distance(fb[i], motion_ref)  # noqa: E731
+    return {"mode": mode, "versus": ref,
+            "frame_quality_diff": paired_fd_difference(fa.numpy(), fb.numpy(), real_feats, seed),
+            "subject_consistency_diff": {**metrics.mean_ci((metrics.subject_consistency(fa) - metrics.subject_consistency(fb)).numpy()),
+                                         "what": "paired per video (same noise), t interval"},
+            "motion_distance_diff": {"mean": md(np.arange(len(fa))), "ci95": video_bootstrap_ci(md, len(fa), seed, 1000), "n": len(fa),
+                                     "what": "paired BCa bootstrap over videos of motion distance (training clips) differences"}}
+
+
+def denoising(ex: dict, seed: int, draws: int = 8) -> dict:
+    """Each expert's clean-sample estimate from the non-overlapping test clips at the same noise-to-signal ratios
+    (:data:`NOISE_TO_SIGNAL`; ``draws`` noise draws per clip shared by the experts, seed ``seed``; PSNR averaged over
+    the draws): which expert recovers held-out frames best from the same corruption. ConFiner's premise (Sec. 3.1)
+    is that the spatial expert does; ``spatial_minus_<expert>`` is the paired per-clip PSNR difference."""
+    clips = datasets.clips("test", FRAMES, SIZE, stride=FRAMES)
+    n = clips.shape[0]
+    clips = clips.repeat(draws, 1, 1, 1)
+    eps = torch.randn(clips.shape, generator=torch.Generator().manual_seed(seed))
+    rows = []
+    for r in NOISE_TO_SIGNAL:
+        psnr = {}
+        for name, e in ex.items():
+            t, p = metrics.denoising_psnr(e, clips, r, eps)
+            psnr[name] = p.view(draws, n).mean(0)
+            rows.append({"noise_to_signal": r, "expert": name, "schedule": e.schedule.name, "t": t,
+                         "psnr": metrics.mean_ci(psnr[name].numpy())})
+        row = next(q for q in rows if q["noise_to_signal"] == r and q["expert"] == "spatial")
+        for name in psnr:
+            if name != "spatial":
+                row[f"spatial_minus_{name}"] = metrics.mean_ci((psnr["spatial"] - psnr[name]).numpy())
+    return {"clips": n, "draws": draws, "seed": seed,
+            "what": "PSNR (dB, range 2) of x0_hat from x_t = alpha_t x + sigma_t eps, each expert at its own t for the "
+                    "ratio sigma_t / alpha_t, averaged over the noise draws; t intervals over the non-overlapping test clips",
+            "rows": rows}
+
+
 LABELS = {"control_expert_alone": "control expert alone", "control_stage_4": "control expert, 4 steps (ConFiner's V0)",
           "spatial_expert_alone": "spatial expert alone", "temporal_expert_alone": "temporal expert alone",
           "confiner_coordinated": "**ConFiner coordinated (4+5)**", "confiner_coordinated_18": "ConFiner coordinated (8+10)",
@@ -258,6 +306,20 @@ def table(doc: dict) -> str:
         out.append(f"| {LABELS[mode]} | {t_e} | {r['nfe']['mean']} | {ci(r['frame_quality'])} | {ci(r.get('frame_quality_minus_control'))} "
                    f"| {ci(r.get('frame_quality_minus_control_stage'))} | {ci(sc, 3)} | {ci(r.get('subject_consistency_minus_control'), 3)} "
                    f"| {ci(r.get('motion_distance'), 2)} | {ci(r['motion_smoothness'], 3)} |")
+    if doc.get("paired"):
+        out += ["", "| row | versus (same noise seeds) | FD difference | subject consistency difference | motion distance difference |",
+                "|---|---|---|---|---|"]
+        for q in doc["paired"]:
+            out.append(f"| {LABELS[q['mode']]} | {LABELS[q['versus']]} | {ci(q['frame_quality_diff'])} "
+                       f"| {ci(q['subject_consistency_diff'], 3)} | {ci(q['motion_distance_diff'], 2)} |")
+    if doc.get("denoising"):
+        rows, names = doc["denoising"]["rows"], ("control", "spatial", "temporal")
+        out += ["", "| sigma_t / alpha_t | " + " | ".join(f"{k} expert: t, PSNR of x0_hat (dB)" for k in names)
+                + " | spatial minus control | spatial minus temporal |", "|---" * (3 + len(names)) + "|"]
+        for r in sorted({q["noise_to_signal"] for q in rows}):
+            by = {q["expert"]: q for q in rows if q["noise_to_signal"] == r}
+            out.append(f"| {r:g} | " + " | ".join(f"{by[k]['t']}: {ci(by[k]['psnr'], 2)}" for k in names)
+                       + f" | {ci(by['spatial']['spatial_minus_control'], 2)} | {ci(by['spatial']['spatial_minus_temporal'], 2)} |")
     if doc.get("long"):
         out += ["", "| ConFiner-Long (64 frames) | T_e | NFE | seam jump | seam flicker | subject consistency (64 frames) |",
                 "|---|---|---|---|---|---|"]
@@ -303,7 +365,9 @@ def main(argv=None) -> None:
     if not a.no_long and ("selection_long" not in doc or a.reselect):
         doc["selection_long"] = select_long(ex, enc, a.seed)
         print(json.dumps({"long_t_e": doc["selection_long"]["t_e"]}), flush=True)
-    refs = {}  # "control_expert_alone" / "control_stage_4" -> features (N, F, d) of this run's videos
+    if not a.only_long:
+        doc["denoising"] = denoising(ex, a.seed)
+    refs = {}  # mode -> features (N, F, d) of this run's generated videos
     for mode in ([] if a.only_long else a.modes):
         v, nfe, secs = generate(mode, ex, a.videos, a.seed, chosen)
         feats = metrics.features(enc, v)
@@ -321,13 +385,19 @@ def main(argv=None) -> None:
                                                  "versus": ref}
             row[f"subject_consistency_minus_{key}"] = {**metrics.mean_ci((metrics.subject_consistency(feats) - metrics.subject_consistency(refs[ref])).numpy()),
                                                        "versus": ref, "what": "paired per video (same noise), t interval"}
-        if mode in ("control_expert_alone", "control_stage_4"):
+        if nfe:
             refs[mode] = feats
         doc["results"] = [r for r in doc["results"] if r["mode"] != mode] + [row]
         print(json.dumps({"mode": mode, "fd": round(row["frame_quality"]["mean"], 3),
                           "sc": round(row["subject_consistency"]["mean"], 4), "ms": round(row["motion_smoothness"]["mean"], 4),
                           "nfe": nfe, "s": round(row["s_per_video"]["mean"], 3)}), flush=True)
         out.write_text(json.dumps(doc, indent=1))
+    for mode, ref in PAIRS:  # the goal's and the ablation's comparisons, where this run generated both rows
+        if mode in refs and ref in refs and refs[mode].shape[0] == refs[ref].shape[0]:
+            row = paired_row(mode, ref, refs[mode], refs[ref], real_feats, motion_refs["motion_distance"][0], a.seed)
+            doc["paired"] = [q for q in doc.get("paired", []) if (q["mode"], q["versus"]) != (mode, ref)] + [row]
+    doc["paired"] = sorted(doc.get("paired", []), key=lambda q: PAIRS.index((q["mode"], q["versus"])))
+    out.write_text(json.dumps(doc, indent=1))
     if not a.no_long:
         ch = {"t_e": doc["selection_long"]["t_e"], "renoise": "fresh"}
         for name, (ci, cg, st) in tqdm(LONG.items(), desc="long"):
@@ -352,7 +422,8 @@ def main(argv=None) -> None:
                     "conditioning": "unconditional (no text encoder offline)",
                     "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1,
                                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
-                    "command": "python -m benchmarks.video " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
+                    "command": "python -m benchmarks.video " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+                    "earlier_commands": [*doc.get("setup", {}).get("earlier_commands", []), doc["setup"]["command"]] if "setup" in doc else []}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
 

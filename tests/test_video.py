@@ -278,3 +278,40 @@ def test_ultrasound_cine_is_a_second_domain_read_offline_from_the_registry():
     # frames move: the cine is a video, not a still repeated
     f = datasets.frames_of("us_cine", 16)
     assert float((f[1:] - f[:-1]).abs().mean()) > 1e-3
+
+
+def test_timestep_at_a_noise_to_signal_ratio_is_hand_solved():
+    """flow_sigma: sigma / alpha = t / (T - t), so r = 1 is t = 500 and r = 0.25 is t = 200; ddpm_linear's t for
+    r = 1 is where abar_t = 1/2; a non-positive ratio is refused."""
+    assert get_schedule("flow_sigma").timestep_at(1.0) == 500
+    assert get_schedule("flow_sigma").timestep_at(0.25) == 200
+    s = get_schedule("ddpm_linear")
+    t = s.timestep_at(1.0)
+    abar = s.alpha ** 2
+    assert abs(float(abar[t]) - 0.5) <= abs(float(abar[t - 1]) - 0.5) and abs(float(abar[t]) - 0.5) <= abs(float(abar[t + 1]) - 0.5)
+    assert 200 < t < 300
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="noise_to_signal"):
+            s.timestep_at(bad)
+
+
+def test_denoising_psnr_of_an_oracle_and_of_a_zero_estimate():
+    """An expert whose x0_hat is the truth scores the clamp's ceiling; one that answers 0 scores 10 log10(4 / mean x^2);
+    a mismatched eps is refused."""
+    clips = torch.rand((3, 8, 16, 16), generator=torch.Generator().manual_seed(0)) * 1.6 - 0.8
+    eps = torch.randn(clips.shape, generator=torch.Generator().manual_seed(1))
+
+    class Fixed:
+        def __init__(self, answer):
+            self.schedule, self.answer = get_schedule("cosine"), answer
+
+        def predict(self, x_t, t):
+            return self.answer, eps
+
+    t, oracle = metrics.denoising_psnr(Fixed(clips), clips, 0.5, eps)
+    assert t == get_schedule("cosine").timestep_at(0.5) and bool((oracle > 150).all())
+    _, zero = metrics.denoising_psnr(Fixed(torch.zeros_like(clips)), clips, 0.5, eps)
+    expected = 10 * torch.log10(4 / clips.double().pow(2).flatten(1).mean(1))
+    assert torch.allclose(zero, expected, atol=1e-9)
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.denoising_psnr(Fixed(clips), clips, 0.5, eps[:2])

@@ -18,6 +18,9 @@ VBench, none of which run offline here.
   jumps ``||d_{t+1} - d_t||`` of generated and of real held-out videos (0 = the real amount of motion). VBench
   pairs its consistency and smoothness scores with a "dynamic degree" for the same reason: a still video maxes
   both, and only a motion-aware score tells it from a real one (a still video scores the real mean jump here).
+- :func:`denoising_psnr`: how well one expert recovers real clips from a given noise-to-signal ratio
+  ``sigma_t / alpha_t`` (each expert at its own timestep for that ratio): PSNR of its clean-sample estimate
+  ``x0_hat``, the quantity ConFiner hands from expert to expert (Eqs. 8-11).
 - :func:`seam_flicker`: mean feature jump across segment boundaries over the mean jump between
   consecutive frames inside segments (1 = seams invisible); :func:`seam_jump`: the seam jump alone.
 """
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 
 __all__ = ["FrameEncoder", "train_encoder", "load_encoder", "save_encoder", "features", "frechet_distance", "subject_consistency",
-           "motion_smoothness", "frame_jumps", "motion_distance", "nearest_psnr_ssim", "seam_jump", "seam_flicker", "mean_ci"]
+           "motion_smoothness", "frame_jumps", "motion_distance", "nearest_psnr_ssim", "seam_jump", "seam_flicker", "denoising_psnr", "mean_ci"]
 
 
 class FrameEncoder(nn.Module):
@@ -208,3 +211,22 @@ def mean_ci(x) -> dict:
         return {"mean": m, "ci95": [m, m], "n": int(len(x))}
     h = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
     return {"mean": m, "ci95": [m - h, m + h], "n": int(len(x))}
+
+
+@torch.no_grad()
+def denoising_psnr(expert, clips: torch.Tensor, noise_to_signal: float, eps: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """PSNR (dB, data range 2) of ``expert``'s clean-sample estimate from real ``clips`` corrupted to one
+    noise-to-signal ratio.
+
+    ``clips`` (N, F, H, W) float32 on [-1, 1] and ``eps`` (same shape, standard Gaussian, shared between experts so
+    that they see the same corruption) give ``x_t = alpha_t clips + sigma_t eps`` at ``t =
+    expert.schedule.timestep_at(noise_to_signal)``; ``x0_hat = expert.predict(x_t, t)[0]`` clamped to [-1, 1].
+    Returns ``(t, psnr)`` with ``psnr`` (N,) float64, one value per clip.
+
+    Raises ``ValueError`` when ``clips`` and ``eps`` differ in shape or the ratio is not positive."""
+    if clips.shape != eps.shape:
+        raise ValueError(f"clips {tuple(clips.shape)} and eps {tuple(eps.shape)} must have the same shape")
+    t = expert.schedule.timestep_at(noise_to_signal)
+    x0_hat, _ = expert.predict(expert.schedule.add_noise(clips, eps, t), t)
+    mse = (x0_hat.clamp(-1, 1) - clips).double().pow(2).flatten(1).mean(1)
+    return t, 10 * torch.log10(4.0 / mse.clamp_min(1e-20))

@@ -95,6 +95,17 @@ class Schedule:
         """Deterministic DDIM (eta = 0) to ``t_prev``: ``alpha_{t'} x0_hat + sigma_{t'} eps_hat``."""
         return self.add_noise(x0_hat, eps_hat, t_prev)
 
+    def timestep_at(self, noise_to_signal: float) -> int:
+        """The timestep ``t`` in ``1..T`` whose ``sigma_t / alpha_t`` is nearest ``noise_to_signal`` (> 0): where
+        two schedules put the *same* corruption (e.g. ``flow_sigma``: ``t = T r / (1 + r)``, so r = 1 is t = 500).
+
+        Raises ``ValueError`` for a ratio that is not a positive finite number."""
+        r = float(noise_to_signal)
+        if not (r > 0 and math.isfinite(r)):
+            raise ValueError(f"noise_to_signal must be a positive finite number, got {noise_to_signal!r}")
+        ratio = self.sigma[1:] / self.alpha[1:].clamp_min(1e-300)
+        return int(torch.argmin((ratio - r).abs())) + 1
+
 
 def _ddpm_linear() -> Schedule:
     betas = torch.linspace(1e-4, 0.02, T, dtype=torch.float64)
