@@ -44,7 +44,10 @@ per video: a call on a batch counts once per video) and ``s_per_video`` (wall ti
 thread); intervals are 95 % t intervals over videos (over batches for time). ``long``: ConFiner-Long, 64
 frames, T_e chosen by :func:`select_long` on validation seeds, with every strategy, none, and each one switched
 off; ``seam_jump`` = mean feature jump across the 7 segment seams, ``seam_flicker`` = that over the mean jump
-inside segments (1 = seams invisible).
+inside segments (1 = seams invisible). ``paired``: the comparisons of :data:`PAIRS` (ConFiner against each expert
+alone, the ablation rows against coordinated ConFiner) on the same noise seeds, FD (paired BCa), consistency (t)
+and motion distance (paired BCa) differences. ``denoising`` (:func:`denoising`): each expert's clean-sample
+estimate from real test clips at the same noise-to-signal ratios, the premise the refinement rests on.
 """
 
 from __future__ import annotations
