@@ -4,7 +4,8 @@
         [--nfe 20 50 100] [--n-images 200] [--seed 0] [--tasks ...] [--no-claims] [--jobs N]
         [--learned-nfe 50] [--learned-n-images 40] [--learned-methods ...] [--learned-claims auto|full|short|none]
         [--merge EARLIER.json] [--note TEXT] [--ship]
-    python -m benchmarks.restoration --combine RUN.json ... --merge TABLE.json --out FILE.json [--note TEXT] [--ship]
+    python -m benchmarks.restoration --combine RUN.json ... --merge TABLE.json --out FILE.json [--replace PRIOR ...]
+        [--note TEXT] [--ship]
 
 The committed ``benchmarks/results/restoration.json`` was assembled from runs of parts with ``--merge``
 (each run's rows put into the earlier table row by row; ``inputs.carried_over`` records the chain), on
@@ -31,6 +32,20 @@ second line)::
     OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 20 --learned-nfe 20 --n-images 40 \
         --tasks denoise --learned-claims none --out run_mnist_20_denoise.json
     python -m benchmarks.restoration --combine run_mnist_20_denoise.json ... --merge C.json --note TEXT --out D.json --ship
+
+Last (#22), the learned priors retrained to a held-out plateau (``python -m lab.generative.train_prior --dataset D
+--steps 4000 --eval-every 250 --patience 4``), re-tuned (``python -m lab.generative.tuning --prior learned-D --nfe
+20``) and every learned row re-run on the retrained weights: 200 test images (all 181 of medical32) at NFE 20 and
+50, and 40 images with the claims' short sweeps at NFE 100 (5x the cost per image; the full sweeps need a GPU's
+time), one run per (prior, NFE), two at a time, put in with ``--combine`` after ``--replace`` dropped everything
+the table held of the learned priors (rows, claims and entries of the earlier weights)::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 20 --learned-nfe 20 --n-images 200 \
+        --learned-claims none --quiet --out run_mnist_20_200.json
+    OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 100 --learned-nfe 100 --n-images 40 \
+        --learned-claims short --quiet --out run_mnist_100_40c.json
+    python -m benchmarks.restoration --combine run_mnist_20_200.json ... run_medical32_100_40c.json \
+        --merge D.json --replace mnist natural32 medical32 --note TEXT --out benchmarks/results/restoration.json --ship
 
 ``--ship`` also copies the file to ``lab/generative/results/restoration.json``, the copy that ships with
 ``lab`` and that notebook 07 reads (:func:`lab.generative.results.load_results`); a test fails when the two differ.
@@ -910,6 +925,27 @@ def merge(result: dict, previous: dict, source: str) -> dict:
     return annotate(out)
 
 
+def drop_priors(table: dict, names) -> dict:
+    """``table`` without anything of the priors ``names``: their rows and paired rows (matched by the prior's
+    label and dataset), claims, ``degraded`` entries and ``priors`` entries; ``learned_priors`` (load status) and
+    every other prior are kept. For a prior re-run in full by parts (``--combine ... --replace NAME``), so that
+    nothing of its earlier runs, e.g. rows or claims of other weights, is carried into the table.
+    Raises ``KeyError`` naming a prior the table does not hold."""
+    names = list(names)
+    unknown = [n for n in names if n not in table.get("priors", {})]
+    if unknown:
+        raise KeyError(f"--replace: no prior {', '.join(map(repr, unknown))} in the table (it holds: "
+                       f"{', '.join(table.get('priors', {}))})")
+    gone = {(table["priors"][n].get("label", n), table["priors"][n].get("dataset")) for n in names}
+    out = dict(table)
+    out["results"] = [r for r in table.get("results", []) if (r["prior"], r["dataset"]) not in gone]
+    out["paired"] = [r for r in table.get("paired", []) if (r["prior"], r["dataset"]) not in gone]
+    out["claims"] = [c for c in table.get("claims", []) if c.get("prior") not in names]
+    out["degraded"] = {k: v for k, v in table.get("degraded", {}).items() if k not in names}
+    out["priors"] = {k: v for k, v in table["priors"].items() if k not in names}
+    return out
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -936,6 +972,9 @@ def main(argv=None) -> None:
     p.add_argument("--combine", nargs="+", default=None, metavar="RUN",
                    help="run nothing: put the runs RUN... (outputs of earlier invocations, e.g. parts run side by side) "
                         "into --merge FILE one after the other, in the order given (see merge())")
+    p.add_argument("--replace", nargs="+", default=None, metavar="PRIOR",
+                   help="with --combine: first drop from the --merge table everything of these priors (rows, paired rows, "
+                        "claims, degraded, their entry), which the runs re-run in full (see drop_priors())")
     p.add_argument("--learned-nfe", nargs="+", type=int, default=None, help="NFE budgets for learned priors (default: --nfe)")
     p.add_argument("--learned-methods", nargs="+", default=None, choices=METHODS, help="methods on learned priors (default: all)")
     p.add_argument("--learned-claims", default="auto", choices=("auto", "full", "short", "none"),
@@ -954,16 +993,25 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.ship and a.quick:
         p.error("--ship copies the committed full run into lab; not with --quick")
+    if a.replace and not a.combine:
+        p.error("--replace goes with --combine: it drops priors from the --merge table before the runs go in")
     if a.combine:
         if not a.merge:
             p.error("--combine needs --merge FILE: the table the runs are put into")
         from pathlib import Path
 
         result, source = json.loads(Path(a.merge).read_text()), a.merge
+        if a.replace:
+            try:
+                result = drop_priors(result, a.replace)
+            except KeyError as e:
+                p.error(f"{e.args[0]} ({a.merge})")
         for run_file in a.combine:
             result, source = merge(json.loads(Path(run_file).read_text()), result, source), run_file
         if a.note:
             result["inputs"]["note"] = a.note
+        if a.replace:
+            result["inputs"]["replaced_priors"] = list(a.replace)
         _write_and_ship(a, result)
         return
     q = QUICK if a.quick else {}
