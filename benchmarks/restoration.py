@@ -36,9 +36,10 @@ second line)::
 Last (#22), the learned priors retrained to a held-out plateau (``python -m lab.generative.train_prior --dataset D
 --steps 4000 --eval-every 250 --patience 4``), re-tuned (``python -m lab.generative.tuning --prior learned-D --nfe
 20``) and every learned row re-run on the retrained weights: 200 test images (all 181 of medical32) at NFE 20 and
-50, and 40 images with the claims' short sweeps at NFE 100 (5x the cost per image; the full sweeps need a GPU's
-time), one run per (prior, NFE), two at a time, put in with ``--combine`` after ``--replace`` dropped everything
-the table held of the learned priors (rows, claims and entries of the earlier weights)::
+50, and 40 images with the claims' short sweeps at NFE 100 (5x the cost per image; 200 images and the full sweeps
+did not fit this CPU's time), one run per (prior, NFE), two at a time, put in with ``--combine`` after
+``--replace`` dropped everything the table held of the learned priors (rows, claims and entries of the earlier
+weights)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 20 --learned-nfe 20 --n-images 200 \
         --learned-claims none --quiet --out run_mnist_20_200.json
