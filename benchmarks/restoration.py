@@ -36,10 +36,10 @@ second line)::
 Last (#22), the learned priors retrained to a held-out plateau (``python -m lab.generative.train_prior --dataset D
 --steps 4000 --eval-every 250 --patience 4``), re-tuned (``python -m lab.generative.tuning --prior learned-D --nfe
 20``) and every learned row re-run on the retrained weights: 200 test images (all 181 of medical32) at NFE 20 and
-50, and 40 images with the claims' short sweeps at NFE 100 (5x the cost per image; 200 images and the full sweeps
-did not fit this CPU's time), one run per (prior, NFE), two at a time, put in with ``--combine`` after
+50, and 40 images with the claims' short sweeps at NFE 100 (3-4x NFE 20's time per image; 200 images and the
+full sweeps did not fit this CPU's time), one run per (prior, NFE), two at a time, put in with ``--combine`` after
 ``--replace`` dropped everything the table held of the learned priors (rows, claims and entries of the earlier
-weights)::
+weights, so none of the 40-image learned runs above is left in the table)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.restoration --priors mnist --nfe 20 --learned-nfe 20 --n-images 200 \
         --learned-claims none --quiet --out run_mnist_20_200.json
@@ -1007,8 +1007,13 @@ def main(argv=None) -> None:
                 result = drop_priors(result, a.replace)
             except KeyError as e:
                 p.error(f"{e.args[0]} ({a.merge})")
-        for run_file in a.combine:
-            result, source = merge(json.loads(Path(run_file).read_text()), result, source), run_file
+        runs = {run_file: json.loads(Path(run_file).read_text()) for run_file in a.combine}
+        missing = [n for n in (a.replace or []) if not any(n in part.get("priors", {}) for part in runs.values())]
+        if missing:
+            p.error(f"--replace {' '.join(missing)}: no run given holds {'it' if len(missing) == 1 else 'them'}, so "
+                    f"{'it' if len(missing) == 1 else 'they'} would vanish from the table")
+        for run_file, part in runs.items():
+            result, source = merge(part, result, source), run_file
         if a.note:
             result["inputs"]["note"] = a.note
         if a.replace:

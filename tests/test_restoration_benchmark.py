@@ -410,6 +410,14 @@ def test_readme_intervals_are_the_committed_paired_rows():
     assert len(quoted) >= 10, quoted
     missing = [q for q in quoted if q not in have]
     assert not missing, f"README quotes intervals that no paired row of restoration.json gives: {missing}"
+    # and each learned-prior bullet's count of wins over Flower is the table's
+    learned = ("mnist", "natural32", "medical32")
+    bullets = re.findall(r"Learned priors at NFE (\d+) \(.*?the variant wins (all 15|\d+ of 15)", section, re.S)
+    assert sorted(int(n) for n, _ in bullets) == [20, 50, 100], bullets
+    for nfe, said in bullets:
+        wins = sum(p["psnr_diff_ci95"][0] > 0 for p in d["paired"] if p["prior"] in learned and p["nfe"] == int(nfe)
+                   and p["method"] == "recoupled_admm" and p["versus"] == "flower")
+        assert said == ("all 15" if wins == 15 else f"{wins} of 15"), (nfe, said, wins)
 
 
 def test_replace_drops_a_prior_before_its_runs_go_in(tmp_path, capsys):
@@ -425,7 +433,7 @@ def test_replace_drops_a_prior_before_its_runs_go_in(tmp_path, capsys):
                          row("mnist", "mnist", 20, "flower", 2.0), row("mnist", "mnist", 100, "flower", 2.5)],
              "paired": [dict(row("mnist", "mnist", 20, "flower", 0.0), versus="naive", psnr_diff=1.0, psnr_diff_ci95=[0.5, 1.5])],
              "claims": [{"prior": "mnist", "claim": "old weights"}, {"prior": "gaussian", "claim": "kept"}],
-             "goals": [], "degraded": {"mnist": {"sr4": {"psnr": 3.0}}, "gaussian": {"sr4": {"psnr": 4.0}}},
+             "goals": [], "degraded": {"mnist": {"sr4": {"psnr": 3.0}, "deblur": {"psnr": 6.0}}, "gaussian": {"sr4": {"psnr": 4.0}}},
              "learned_priors": {"mnist": "included"}, "inputs": {"n_images": 4}, "seconds": 1.0}
     dropped = R.drop_priors(table, ["gaussian-samples", "mnist"])
     assert [(r["prior"], r["dataset"]) for r in dropped["results"]] == [("gaussian", "digits")]
@@ -452,6 +460,11 @@ def test_replace_drops_a_prior_before_its_runs_go_in(tmp_path, capsys):
         R.main(["--combine", str(tmp_path / "part.json"), "--merge", str(tmp_path / "table.json"), "--replace", "cifar",
                 "--out", str(out)])
     assert "no prior 'cifar'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a replaced prior that no run brings back would vanish: refused
+        R.main(["--combine", str(tmp_path / "part.json"), "--merge", str(tmp_path / "table.json"), "--replace", "mnist",
+                "gaussian-samples", "--out", str(tmp_path / "vanished.json")])
+    assert "--replace gaussian-samples: no run given holds it" in capsys.readouterr().err
+    assert not (tmp_path / "vanished.json").exists()
     with pytest.raises(SystemExit):
         R.main(["--replace", "mnist", "--out", str(out)])
     assert "--replace goes with --combine" in capsys.readouterr().err
