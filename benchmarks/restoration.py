@@ -33,8 +33,8 @@ second line)::
         --tasks denoise --learned-claims none --out run_mnist_20_denoise.json
     python -m benchmarks.restoration --combine run_mnist_20_denoise.json ... --merge C.json --note TEXT --out D.json --ship
 
-Last (#22), the learned priors retrained to a held-out plateau (``python -m lab.generative.train_prior --dataset D
---steps 4000 --eval-every 250 --patience 4``), re-tuned (``python -m lab.generative.tuning --prior learned-D --nfe
+Last (#22), the learned priors retrained with their held-out loss tracked (``python -m lab.generative.train_prior
+--dataset D --steps 4000 --eval-every 250 --patience 4``; best at the last evaluation), re-tuned (``python -m lab.generative.tuning --prior learned-D --nfe
 20``) and every learned row re-run on the retrained weights: 200 test images (all 181 of medical32) at NFE 20 and
 50, and 40 images with the claims' short sweeps at NFE 100 (3-4x NFE 20's time per image; 200 images and the
 full sweeps did not fit this CPU's time), one run per (prior, NFE), two at a time, put in with ``--combine`` after
